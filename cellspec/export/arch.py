@@ -73,6 +73,10 @@ def read_hparams(config: dict[str, Any]) -> Hparams:
         raise InvalidCheckpoint(f"hidden_act {config['hidden_act']!r}: only silu is supported")
     hidden, heads = _int(config, "hidden_size"), _int(config, "num_attention_heads")
     layers = _int(config, "num_hidden_layers")
+    kv_heads = _int(config, "num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise InvalidCheckpoint(f"num_attention_heads {heads} is not a multiple of "
+                                f"num_key_value_heads {kv_heads}")
     theta, scaling = _rope(config)
     return Hparams(
         spec=spec,
@@ -80,7 +84,7 @@ def read_hparams(config: dict[str, Any]) -> Hparams:
         hidden_size=hidden,
         num_layers=layers,
         num_heads=heads,
-        num_kv_heads=_int(config, "num_key_value_heads", heads),
+        num_kv_heads=kv_heads,
         head_dim=_int(config, "head_dim", hidden // heads),
         intermediate_size=_int(config, "intermediate_size"),
         rms_eps=float(config.get("rms_norm_eps", 1e-6)),
@@ -99,8 +103,8 @@ def read_hparams(config: dict[str, Any]) -> Hparams:
 def rope_inv_freq(hp: Hparams) -> np.ndarray:
     """inv_freq [head_dim / 2] float32, with linear or llama3 scaling as transformers computes."""
     dim = hp.head_dim
-    inv_freq = 1.0 / hp.rope_theta ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / dim)
-    inv_freq = inv_freq.astype(np.float32)
+    exponent = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / dim
+    inv_freq = (1.0 / hp.rope_theta**exponent).astype(np.float32)
     scaling = hp.rope_scaling or {}
     kind = scaling.get("rope_type", "default")
     if kind == "linear":

@@ -28,8 +28,8 @@ def _gpt2_split() -> pre_tokenizers.PreTokenizer:
 
 
 def _digits_then_gpt2_split() -> pre_tokenizers.PreTokenizer:
-    # llama.cpp's smollm/starcoder/refact list: `\p{N}` isolated first, then the GPT-2 regex on every
-    # piece. Identical to SmolLM2's own tokenizer.json: Digits(individual) + ByteLevel(regex).
+    # llama.cpp's smollm/starcoder/refact list: `\p{N}` isolated first, then the GPT-2 regex on
+    # every piece. Identical to SmolLM2's own tokenizer.json: Digits(individual) + ByteLevel(regex).
     return pre_tokenizers.Sequence(
         [
             pre_tokenizers.Digits(individual_digits=True),
@@ -50,7 +50,7 @@ PRE_TOKENIZERS: dict[str, Callable[[], pre_tokenizers.PreTokenizer]] = {
 
 @cache
 def _byte_spelling() -> dict[int, str]:
-    """GPT-2's byte -> printable character map, the alphabet byte-level vocabularies are written in."""
+    """GPT-2's byte -> printable character map: the alphabet of byte-level vocabularies."""
     printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
     spelling = {byte: chr(byte) for byte in printable}
     extra = 0

@@ -47,9 +47,12 @@ class GraphBuilder:
     def node(self, op: str, inputs: list[str], name: str, outputs: list[str] | None = None,
              num_outputs: int = 1, **attrs: object) -> str:
         """Emit one node named `name`; returns its first output (`{name}_output_0` unless
-        `outputs` names them). Use `node_outputs` for the others."""
+        `outputs` names them). Use `node_outputs` for the others of a multi-output node.
+        `num_outputs` is also passed as the attribute to ops that have one (Split)."""
         assert name not in self._node_names, f"duplicate node name {name}"
         self._node_names.add(name)
+        if num_outputs > 1 and "num_outputs" in onnx.defs.get_schema(op, OPSET).attributes:
+            attrs["num_outputs"] = num_outputs
         outputs = outputs or [f"{name}_output_{i}" for i in range(num_outputs)]
         self.nodes.append(helper.make_node(op, inputs, outputs, name=name, **attrs))
         return outputs[0]
@@ -182,7 +185,8 @@ def make_mlp(g: GraphBuilder, x: str, gate: str, up: str, down: str, name: str,
     a = make_linear(g, x, gate, f"{name}/gate_proj", b_gate)
     sig = g.node("Sigmoid", [a], name=f"{name}/act/Sigmoid")
     act = g.node("Mul", [a, sig], name=f"{name}/act/Mul")
-    hidden = g.node("Mul", [act, make_linear(g, x, up, f"{name}/up_proj", b_up)], name=f"{name}/Mul")
+    gated = make_linear(g, x, up, f"{name}/up_proj", b_up)
+    hidden = g.node("Mul", [act, gated], name=f"{name}/Mul")
     return make_linear(g, hidden, down, f"{name}/down_proj", b_down)
 
 

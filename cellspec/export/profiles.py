@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from cellspec.artifact import CELLS_READ, LOGITS_ROWS, TOKENS, TargetMethod
+from cellspec.artifact import ATTN_BIAS, CELLS_READ, LOGITS_ROWS, TOKENS, TargetMethod
 from cellspec.errors import InvalidArgument, InvalidArtifact
 
 Shape = tuple[int, ...]
@@ -96,17 +96,25 @@ def target_ranges(target: TargetMethod, max_cells: int) -> list[dict[str, DimRan
 
 def target_profiles(artifact_dir: str | Path, target: TargetMethod, max_cells: int
                     ) -> GraphProfiles:
-    """The target graph's profiles (see `target_ranges`), whatever it names T, N and R.
+    """The target graph's profiles (see `target_ranges`), whatever it names its dims.
 
-    The graph's own names are read from `tokens` dim 1, `cells_read` dim 0 and `logits_rows`
-    dim 0, so `attn_bias`'s second dim must be named by them (e.g. "N + T").
+    T, N and R are read from `tokens` dim 1, `cells_read` dim 0 and `logits_rows` dim 0.
+    `attn_bias` dim 1 is N + T by the ABI: named either by that sum ("N + T") or by a name of
+    its own, which then gets the range N + T.
     """
     inputs = dynamic_dims(_load_header(Path(artifact_dir) / target.graph))
     names = {"T": _dim_name(inputs, TOKENS, 1, target.graph),
              "N": _dim_name(inputs, CELLS_READ, 0, target.graph),
              "R": _dim_name(inputs, LOGITS_ROWS, 0, target.graph)}
-    ranges = [{names[k]: r for k, r in abi.items()} for abi in target_ranges(target, max_cells)]
-    return GraphProfiles(target.graph, tuple(make_profile(inputs, r) for r in ranges))
+    span = _dim_name(inputs, ATTN_BIAS, 1, target.graph)
+    profiles = []
+    for abi in target_ranges(target, max_cells):
+        ranges = {names[k]: r for k, r in abi.items()}
+        if span.isidentifier() and span not in ranges:
+            low, mid, high = (abi["N"][k] + abi["T"][k] for k in range(3))
+            ranges[span] = (low, mid, high)
+        profiles.append(make_profile(inputs, ranges))
+    return GraphProfiles(target.graph, tuple(profiles))
 
 
 def _dim_name(inputs: Mapping[str, Sequence[int | str]], name: str, index: int, graph: str

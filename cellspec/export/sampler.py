@@ -1,18 +1,18 @@
 """The sampler and verifier graphs: small float32 ONNX graphs that run wherever the logits are.
 
-Each graph reproduces the host rule of `cellspec.runtime.sampling` (its module docstring), using
-standard opset-21 ops only (TopK, CumSum, ArgMax, GatherElements, Where, ...):
+Each graph reproduces the host rule of `cellspec.runtime.sampling` (its module docstring) with
+standard opset-21 ops (TopK, CumSum, ArgMax, GatherElements, Where, ...):
 
 - `argmax`: logits [R, V] -> tokens [R], the lowest id among the maximal logits.
 - `sample`: logits [R, V], params [R, 4] (temperature, top_p, top_k, uniform) -> tokens [R].
 - `verify_argmax`: logits [O, W, V], candidates [O, W] (anchor, d1..d{W-1}) -> verdict [O, 2]
-  (accepted count, next token), targets by argmax.
+  (accepted count, next token), the targets by argmax.
 - `verify`: as verify_argmax with params [O, 3 + W] (temperature, top_p, top_k, then one uniform
   per position j = 0..W-1); row j's target is what `sample` draws with uniform j.
 
-The vocabulary order relies on TopK's tie rule (ONNX: the lower index first), which is the host's
-"ties: lower id first". TensorRT's TopK caps k at 3840, so the full-vocabulary sort of `sample` and
-`verify` does not build as a TensorRT engine; run them on ONNX Runtime.
+The vocabulary order relies on TopK's tie rule (ONNX: the lower index first), the host's "ties:
+lower id first". TensorRT's TopK caps k at 3840, so the full-vocabulary sort of `sample` and
+`verify` does not build as a TensorRT engine: run those two on ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from cellspec.artifact import LOGITS, TOKENS
+from cellspec.export.graph import GraphBuilder
 
-OPSET = 21
-IR_VERSION = 10
-PARAMS = "params"  # float32 [R, 4] or [O, 3 + W]
+PARAMS = "params"  # float32 [R, 4] (sample) or [O, 3 + W] (verify)
 CANDIDATES = "candidates"  # int64 [O, W]: anchor, d1..d{W-1}
 VERDICT = "verdict"  # int64 [O, 2]: accepted count, next token
 GRAPH_FILES = {
@@ -36,187 +35,164 @@ GRAPH_FILES = {
     "verify_argmax": "verify_argmax.onnx",
     "verify": "verify.onnx",
 }
+_END = int(np.iinfo(np.int64).max)  # Slice end meaning "to the end"
 
 
-class _Nodes:
-    """Collects nodes and constants under one scope; names are deterministic: /{scope}/{name}."""
-
-    def __init__(self, scope: str) -> None:
-        self.scope = scope
-        self.nodes: list[onnx.NodeProto] = []
-        self.constants: list[onnx.TensorProto] = []
-
-    def op(self, op_type: str, inputs: list[str], name: str, outputs: int = 1, **attrs) -> str:
-        """Emits one node; returns its first output (further outputs are `{first}:{i}`)."""
-        full = f"/{self.scope}/{name}"
-        names = [f"{full}/out"] + [f"{full}/out:{i}" for i in range(1, outputs)]
-        self.nodes.append(helper.make_node(op_type, inputs, names, name=full, **attrs))
-        return names[0]
-
-    def const(self, name: str, value: np.ndarray) -> str:
-        full = f"/{self.scope}/{name}"
-        self.constants.append(numpy_helper.from_array(np.asarray(value), full))
-        return full
+def _columns(g: GraphBuilder, x: str, start: int, end: int, name: str) -> str:
+    """x[:, start:end]."""
+    return g.node("Slice", [x, g.const([start]), g.const([end]), g.const([1])], name=name)
 
 
-def _model(nodes: _Nodes, inputs: list, outputs: list) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes.nodes, nodes.scope, inputs, outputs, nodes.constants)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="cellspec")
-    model.ir_version = IR_VERSION
+def _emit_sample(g: GraphBuilder, logits: str, temperature: str, top_p: str, top_k: str,
+                 uniform: str, vocab_size: int, name: str) -> str:
+    """logits [R, V]; temperature, top_p, top_k, uniform [R, 1] float32 -> tokens [R, 1] int64.
+
+    The sampling rule of cellspec.runtime.sampling, step by step in the same float32 ops."""
+    zero, one = g.const(0.0, "float32"), g.const(1.0, "float32")
+    is_greedy = g.node("Equal", [temperature, zero], name=f"{name}/is_greedy")
+    safe_t = g.node("Where", [is_greedy, one, temperature], name=f"{name}/safe_temperature")
+    z = g.node("Div", [logits, safe_t], name=f"{name}/scaled")
+    # the vocabulary by z descending, ties by lower id (TopK's tiebreak): values, order [R, V]
+    values, order = f"{name}/sort/values", f"{name}/sort/order"
+    g.node("TopK", [z, g.const([vocab_size])], name=f"{name}/sort", outputs=[values, order],
+           axis=-1, largest=1, sorted=1)
+    rank = g.node("Range", [g.const(0), g.const(vocab_size), g.const(1)], name=f"{name}/rank")
+    # top_k: ranks < k survive; k <= 0 or k > V keeps all
+    k = g.node("Cast", [top_k], name=f"{name}/k", to=TensorProto.INT64)
+    k_off = g.node("Or", [g.node("LessOrEqual", [k, g.const(0)], name=f"{name}/k_zero"),
+                          g.node("Greater", [k, g.const(vocab_size)], name=f"{name}/k_big")],
+                   name=f"{name}/k_off")
+    k = g.node("Where", [k_off, g.const(vocab_size), k], name=f"{name}/k_eff")
+    keep_k = g.node("Less", [rank, k], name=f"{name}/keep_k")  # [R, V]
+    # p = softmax over the kept ranks, as exp(z - z_max) / sum
+    z_max = _columns(g, values, 0, 1, f"{name}/z_max")
+    shifted = g.node("Sub", [values, z_max], name=f"{name}/shifted")
+    shifted = g.node("Cast", [shifted], name=f"{name}/shifted_f64", to=TensorProto.DOUBLE)
+    exp = g.node("Cast", [g.node("Exp", [shifted], name=f"{name}/exp_f64")],
+                 name=f"{name}/exp", to=TensorProto.FLOAT)
+    exp = g.node("Where", [keep_k, exp, zero], name=f"{name}/exp_kept")
+    total = g.node("ReduceSum", [g.node("Cast", [exp], name=f"{name}/exp_kept_f64",
+                                        to=TensorProto.DOUBLE), g.const([1])],
+                   name=f"{name}/total_f64", keepdims=1)
+    total = g.node("Cast", [total], name=f"{name}/total", to=TensorProto.FLOAT)
+    probs = g.node("Div", [exp, total], name=f"{name}/probs")
+    # top_p: keep rank j iff j == 0 or the exclusive mass before it (cumsum(p) - p) < top_p
+    cumsum = g.node("CumSum", [probs, g.const(1)], name=f"{name}/cumsum")
+    exclusive = g.node("Sub", [cumsum, probs], name=f"{name}/exclusive")
+    is_first = g.node("Equal", [rank, g.const(0)], name=f"{name}/is_first")
+    keep_p = g.node("Or", [g.node("Less", [exclusive, top_p], name=f"{name}/below_p"), is_first],
+                    name=f"{name}/keep_p")
+    keep = g.node("And", [keep_k, keep_p], name=f"{name}/keep")
+    kept = g.node("Where", [keep, probs, zero], name=f"{name}/kept")
+    # inverse CDF: the first kept rank whose cdf > u * (kept mass), else the last kept rank.
+    # cdf's last column is the kept mass: the zeros after the last kept rank add nothing.
+    cdf = g.node("CumSum", [kept, g.const(1)], name=f"{name}/cdf")
+    mass = _columns(g, cdf, -1, _END, f"{name}/mass")
+    threshold = g.node("Mul", [uniform, mass], name=f"{name}/threshold")
+    above = g.node("And", [keep, g.node("Greater", [cdf, threshold], name=f"{name}/cdf_above")],
+                   name=f"{name}/above")
+    above = g.node("Cast", [above], name=f"{name}/above_f", to=TensorProto.FLOAT)
+    first_above = g.node("ArgMax", [above], name=f"{name}/first_above", axis=1, keepdims=1)
+    found = g.node("Greater", [g.node("ReduceMax", [above, g.const([1])],
+                                      name=f"{name}/any_above", keepdims=1), zero],
+                   name=f"{name}/found")
+    # the last kept rank: argmax of keep * rank (ranks are exact in float32 below 2**24)
+    kept_rank = g.node("Mul", [g.node("Cast", [keep], name=f"{name}/keep_f", to=TensorProto.FLOAT),
+                               g.node("Cast", [rank], name=f"{name}/rank_f", to=TensorProto.FLOAT)],
+                       name=f"{name}/kept_rank")
+    last_kept = g.node("ArgMax", [kept_rank], name=f"{name}/last_kept", axis=1, keepdims=1)
+    index = g.node("Where", [found, first_above, last_kept], name=f"{name}/index")
+    sampled = g.node("GatherElements", [order, index], name=f"{name}/sampled", axis=1)
+    greedy = g.node("ArgMax", [logits], name=f"{name}/greedy", axis=1, keepdims=1,
+                    select_last_index=0)
+    return g.node("Where", [is_greedy, greedy, sampled], name=f"{name}/token")
+
+
+def _emit_verdict(g: GraphBuilder, targets: str, candidates: str) -> str:
+    """targets, candidates [O, W] int64 -> [O, 2] (accepted count, next token).
+
+    accepted = the first j with d{j+1} != targets[j] (W - 1 when every proposal matches), found
+    as the first maximum of [miss_0 .. miss_{W-2}, 1]; next = targets[accepted]."""
+    proposals = _columns(g, candidates, 1, _END, "/verdict/proposals")
+    drawn = _columns(g, targets, 0, -1, "/verdict/drawn")
+    miss = g.node("Not", [g.node("Equal", [proposals, drawn], name="/verdict/match")],
+                  name="/verdict/miss")
+    miss = g.node("Cast", [miss], name="/verdict/miss_f", to=TensorProto.FLOAT)
+    owners = g.node("Slice", [g.node("Shape", [candidates], name="/verdict/shape"),
+                              g.const([0]), g.const([1])], name="/verdict/owners")
+    stop_shape = g.node("Concat", [owners, g.const([1])], name="/verdict/stop_shape", axis=0)
+    stop = g.node("ConstantOfShape", [stop_shape], name="/verdict/stop",
+                  value=numpy_helper.from_array(np.array([1.0], np.float32)))  # [O, 1] ones
+    misses = g.node("Concat", [miss, stop], name="/verdict/misses", axis=1)
+    accepted = g.node("ArgMax", [misses], name="/verdict/accepted", axis=1, keepdims=1,
+                      select_last_index=0)
+    following = g.node("GatherElements", [targets, accepted], name="/verdict/next", axis=1)
+    return g.node("Concat", [accepted, following], name="/verdict/Concat", axis=1)
+
+
+def _finish(g: GraphBuilder) -> onnx.ModelProto:
+    model = g.make_model()
     onnx.checker.check_model(model, full_check=True)
     return model
 
 
-def _column(g: _Nodes, params: str, index: int, name: str) -> str:
-    """params[:, index:index + 1]: [rows, 1]."""
-    starts, ends = g.const(f"{name}/starts", [index]), g.const(f"{name}/ends", [index + 1])
-    return g.op("Slice", [params, starts, ends, g.const(f"{name}/axes", [1])], name)
-
-
-def _emit_sample(g: _Nodes, logits: str, temperature: str, top_p: str, top_k: str,
-                 uniform: str, vocab_size: int) -> str:
-    """logits [R, V]; temperature, top_p, top_k, uniform [R, 1] float32 -> tokens [R, 1] int64."""
-    zero, one = g.const("zero", np.float32(0.0)), g.const("one", np.float32(1.0))
-    is_greedy = g.op("Equal", [temperature, zero], "is_greedy")
-    safe_t = g.op("Where", [is_greedy, one, temperature], "safe_temperature")
-    z = g.op("Div", [logits, safe_t], "scaled")
-    # order: the vocabulary by z descending, ties by lower id (TopK's tiebreak).
-    values = g.op("TopK", [z, g.const("vocab", np.array([vocab_size], np.int64))], "sort",
-                  outputs=2, axis=-1, largest=1, sorted=1)
-    order = f"{values}:1"
-    rank = g.op("Range", [g.const("r0", np.int64(0)), g.const("rV", np.int64(vocab_size)),
-                          g.const("r1", np.int64(1))], "rank")
-    k = g.op("Cast", [top_k], "k", to=TensorProto.INT64)
-    vocab = g.const("vocab_scalar", np.int64(vocab_size))
-    k_off = g.op("Or", [g.op("LessOrEqual", [k, g.const("k0", np.int64(0))], "k_zero"),
-                        g.op("Greater", [k, vocab], "k_big")], "k_off")
-    k = g.op("Where", [k_off, vocab, k], "k_eff")
-    keep_k = g.op("Less", [rank, k], "keep_k")  # [R, V]: rank < top_k
-    z0 = _column(g, values, 0, "z0")
-    exp = g.op("Exp", [g.op("Sub", [values, z0], "shifted")], "exp")
-    exp = g.op("Where", [keep_k, exp, zero], "exp_kept")
-    total = g.op("ReduceSum", [exp, g.const("axis1", np.array([1], np.int64))], "total",
-                 keepdims=1)
-    probs = g.op("Div", [exp, total], "probs")
-    # exclusive mass before rank j, as the host computes it: cumsum(p) - p.
-    cumsum = g.op("CumSum", [probs, g.const("cum_axis", np.int64(1))], "cumsum")
-    exclusive = g.op("Sub", [cumsum, probs], "exclusive")
-    is_first = g.op("Equal", [rank, g.const("rank0", np.int64(0))], "is_first")
-    keep_p = g.op("Or", [g.op("Less", [exclusive, top_p], "below_p"), is_first], "keep_p")
-    keep = g.op("And", [keep_k, keep_p], "keep")
-    kept = g.op("Where", [keep, probs, zero], "kept")
-    cdf = g.op("CumSum", [kept, g.const("cdf_axis", np.int64(1))], "cdf")
-    # cdf's last column is the kept mass (zeros after the last kept rank add nothing).
-    last = g.op("Slice", [cdf, g.const("last/starts", [-1]), g.const("last/ends", [vocab_size]),
-                          g.const("last/axes", [1])], "kept_total")
-    threshold = g.op("Mul", [uniform, last], "threshold")
-    above = g.op("And", [keep, g.op("Greater", [cdf, threshold], "cdf_above")], "above")
-    above_f = g.op("Cast", [above], "above_f", to=TensorProto.FLOAT)
-    first_above = g.op("ArgMax", [above_f], "first_above", axis=1, keepdims=1)
-    has_above = g.op("ReduceMax", [above_f, g.const("axis1b", np.array([1], np.int64))],
-                     "has_above", keepdims=1)
-    # the last kept rank, where no cumulative sum exceeds the threshold: argmax of keep * rank.
-    rank_f = g.op("Cast", [rank], "rank_f", to=TensorProto.FLOAT)
-    kept_rank = g.op("Mul", [g.op("Cast", [keep], "keep_f", to=TensorProto.FLOAT), rank_f],
-                     "kept_rank")
-    last_kept = g.op("ArgMax", [kept_rank], "last_kept", axis=1, keepdims=1)
-    index = g.op("Where", [g.op("Greater", [has_above, zero], "found"), first_above, last_kept],
-                 "index")
-    sampled = g.op("GatherElements", [order, index], "sampled", axis=1)
-    greedy = g.op("ArgMax", [logits], "greedy", axis=1, keepdims=1, select_last_index=0)
-    return g.op("Where", [is_greedy, greedy, sampled], "token")
-
-
-def _emit_verdict(g: _Nodes, targets: str, candidates: str) -> str:
-    """targets, candidates [O, W] int64 -> [O, 2] (accepted count, next token).
-
-    accepted = the first j with d{j+1} != targets[j] (W - 1 when every proposal matches)."""
-    def cols(x: str, start: int, end: int, name: str) -> str:
-        return g.op("Slice", [x, g.const(f"{name}/starts", [start]),
-                              g.const(f"{name}/ends", [end]), g.const(f"{name}/axes", [1])], name)
-
-    proposals = cols(candidates, 1, np.iinfo(np.int64).max, "proposals")
-    drawn = cols(targets, 0, -1, "drawn")
-    miss = g.op("Not", [g.op("Equal", [proposals, drawn], "match")], "miss")
-    owners = g.op("Slice", [g.op("Shape", [candidates], "candidates_shape"), g.const("o/starts", [0]),
-                            g.const("o/ends", [1])], "o")
-    stop_shape = g.op("Concat", [owners, g.const("one_col", np.array([1], np.int64))],
-                      "stop_shape", axis=0)
-    stop = g.op("ConstantOfShape", [stop_shape], "stop",  # [O, 1] of ones: a sentinel miss
-                value=numpy_helper.from_array(np.array([1.0], np.float32)))
-    miss_f = g.op("Concat", [g.op("Cast", [miss], "miss_f", to=TensorProto.FLOAT), stop],
-                  "misses", axis=1)
-    accepted = g.op("ArgMax", [miss_f], "accepted", axis=1, keepdims=1, select_last_index=0)
-    following = g.op("GatherElements", [targets, accepted], "next", axis=1)
-    return g.op("Concat", [accepted, following], "verdict", axis=1)
-
-
-def _tensor(name: str, elem: int, shape: list) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _identity(g: _Nodes, source: str, name: str) -> None:
-    g.nodes.append(helper.make_node("Identity", [source], [name], name=f"/{g.scope}/{name}"))
-
-
 def make_argmax(vocab_size: int) -> onnx.ModelProto:
-    """logits [R, V] float32 -> tokens [R] int64: np.argmax per row (first maximal id)."""
-    g = _Nodes("argmax")
-    tokens = g.op("ArgMax", [LOGITS], "argmax", axis=1, keepdims=0, select_last_index=0)
-    _identity(g, tokens, TOKENS)
-    return _model(g, [_tensor(LOGITS, TensorProto.FLOAT, ["R", vocab_size])],
-                  [_tensor(TOKENS, TensorProto.INT64, ["R"])])
+    """logits [R, V] float32 -> tokens [R] int64: np.argmax per row (the first maximal id)."""
+    g = GraphBuilder("argmax")
+    logits = g.input(LOGITS, "float32", ["R", vocab_size])
+    tokens = g.node("ArgMax", [logits], name="/argmax/ArgMax", axis=1, keepdims=0,
+                    select_last_index=0)
+    g.output(tokens, TOKENS, "int64", ["R"])
+    return _finish(g)
 
 
 def make_sample(vocab_size: int) -> onnx.ModelProto:
     """logits [R, V], params [R, 4] (temperature, top_p, top_k, uniform) -> tokens [R]."""
-    g = _Nodes("sample")
-    columns = [_column(g, PARAMS, i, n) for i, n in enumerate(("t", "top_p", "top_k", "u"))]
-    token = _emit_sample(g, LOGITS, *columns, vocab_size)
-    tokens = g.op("Squeeze", [token, g.const("squeeze_axis", np.array([1], np.int64))], "squeeze")
-    _identity(g, tokens, TOKENS)
-    return _model(g, [_tensor(LOGITS, TensorProto.FLOAT, ["R", vocab_size]),
-                      _tensor(PARAMS, TensorProto.FLOAT, ["R", 4])],
-                  [_tensor(TOKENS, TensorProto.INT64, ["R"])])
+    g = GraphBuilder("sample")
+    logits = g.input(LOGITS, "float32", ["R", vocab_size])
+    params = g.input(PARAMS, "float32", ["R", 4])
+    columns = [_columns(g, params, i, i + 1, f"/params/{n}")
+               for i, n in enumerate(("temperature", "top_p", "top_k", "uniform"))]
+    token = _emit_sample(g, logits, *columns, vocab_size, "/sample")
+    tokens = g.node("Squeeze", [token, g.const([1])], name="/sample/Squeeze")
+    g.output(tokens, TOKENS, "int64", ["R"])
+    return _finish(g)
 
 
 def make_verify_argmax(vocab_size: int) -> onnx.ModelProto:
-    """logits [O, W, V], candidates [O, W] -> verdict [O, 2] (accepted, next) by argmax."""
-    g = _Nodes("verify_argmax")
-    targets = g.op("ArgMax", [LOGITS], "targets", axis=2, keepdims=0, select_last_index=0)
-    _identity(g, _emit_verdict(g, targets, CANDIDATES), VERDICT)
-    return _model(g, [_tensor(LOGITS, TensorProto.FLOAT, ["O", "W", vocab_size]),
-                      _tensor(CANDIDATES, TensorProto.INT64, ["O", "W"])],
-                  [_tensor(VERDICT, TensorProto.INT64, ["O", 2])])
+    """logits [O, W, V], candidates [O, W] -> verdict [O, 2] (accepted, next), targets by argmax."""
+    g = GraphBuilder("verify_argmax")
+    logits = g.input(LOGITS, "float32", ["O", "W", vocab_size])
+    candidates = g.input(CANDIDATES, "int64", ["O", "W"])
+    targets = g.node("ArgMax", [logits], name="/targets/ArgMax", axis=2, keepdims=0,
+                     select_last_index=0)
+    g.output(_emit_verdict(g, targets, candidates), VERDICT, "int64", ["O", 2])
+    return _finish(g)
 
 
 def make_verify(vocab_size: int) -> onnx.ModelProto:
     """logits [O, W, V], candidates [O, W], params [O, 3 + W] -> verdict [O, 2] (accepted, next).
 
-    Row (o, j) is sampled as `sample` would with (temperature, top_p, top_k) of owner o and
+    Row (o, j) draws as `sample` would with owner o's (temperature, top_p, top_k) and the
     uniform params[o, 3 + j]."""
-    g = _Nodes("verify")
-    shape = g.op("Shape", [CANDIDATES], "ow")  # [O, W]
-    column = g.const("column", np.array([-1, 1], np.int64))
+    g = GraphBuilder("verify")
+    logits = g.input(LOGITS, "float32", ["O", "W", vocab_size])
+    candidates = g.input(CANDIDATES, "int64", ["O", "W"])
+    params = g.input(PARAMS, "float32", ["O", "W_plus_3"])
+    shape = g.node("Shape", [candidates], name="/rows/shape")  # [O, W]
 
     def per_row(value: str, name: str) -> str:  # [O, 1] or [O, W] -> [O * W, 1]
-        return g.op("Reshape", [g.op("Expand", [value, shape], f"{name}/expand"), column], name)
+        expanded = g.node("Expand", [value, shape], name=f"{name}/Expand")
+        return g.node("Reshape", [expanded, g.const([-1, 1])], name=f"{name}/Reshape")
 
-    t, top_p, top_k = (per_row(_column(g, PARAMS, i, n), f"{n}_rows")
-                       for i, n in enumerate(("t", "top_p", "top_k")))
-    uniforms = g.op("Slice", [PARAMS, g.const("u/starts", [3]),
-                              g.const("u/ends", [np.iinfo(np.int64).max]),
-                              g.const("u/axes", [1])], "u")
-    rows = g.op("Reshape", [LOGITS, g.const("rows_shape", np.array([-1, vocab_size], np.int64))],
-                "rows")
-    drawn = _emit_sample(g, rows, t, top_p, top_k, per_row(uniforms, "u_rows"), vocab_size)
-    targets = g.op("Reshape", [drawn, shape], "targets")
-    _identity(g, _emit_verdict(g, targets, CANDIDATES), VERDICT)
-    return _model(g, [_tensor(LOGITS, TensorProto.FLOAT, ["O", "W", vocab_size]),
-                      _tensor(CANDIDATES, TensorProto.INT64, ["O", "W"]),
-                      _tensor(PARAMS, TensorProto.FLOAT, ["O", "3 + W"])],
-                  [_tensor(VERDICT, TensorProto.INT64, ["O", 2])])
+    columns = [per_row(_columns(g, params, i, i + 1, f"/params/{n}"), f"/rows/{n}")
+               for i, n in enumerate(("temperature", "top_p", "top_k"))]
+    uniform = per_row(_columns(g, params, 3, _END, "/params/uniform"), "/rows/uniform")
+    rows = g.node("Reshape", [logits, g.const([-1, vocab_size])], name="/rows/logits")
+    drawn = _emit_sample(g, rows, *columns, uniform, vocab_size, "/sample")
+    targets = g.node("Reshape", [drawn, shape], name="/targets/Reshape")
+    g.output(_emit_verdict(g, targets, candidates), VERDICT, "int64", ["O", 2])
+    return _finish(g)
 
 
 def write_sampler_graphs(out_dir: str | Path, vocab_size: int) -> dict[str, str]:

@@ -113,13 +113,17 @@ class CellCache:
 
     # -- steps -----------------------------------------------------------------------------
 
-    def declare_step(self, seq_ids: np.ndarray, positions: np.ndarray) -> StepPlan:
+    def declare_step(
+        self, seq_ids: np.ndarray, positions: np.ndarray, causal: bool = True
+    ) -> StepPlan:
         """Plan a step without changing anything. Each sequence's tokens must continue it:
-        their positions are pos(seq), pos(seq)+1, ... in order. PAD_SEQ rows pad the step."""
+        their positions are pos(seq), pos(seq)+1, ... in order. PAD_SEQ rows pad the step.
+        Not causal: a token sees every token of its sequence in the step (a DFlash block)."""
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         positions = np.asarray(positions, dtype=np.int64)
         if seq_ids.shape != positions.shape or seq_ids.ndim != 1 or seq_ids.size == 0:
-            raise InvalidArgument(f"step of {seq_ids.shape} seq ids and {positions.shape} positions")
+            raise InvalidArgument(
+                f"step of {seq_ids.shape} seq ids and {positions.shape} positions")
         is_pad = seq_ids == PAD_SEQ
         real_seqs = list(dict.fromkeys(seq_ids[~is_pad].tolist()))
         for seq in real_seqs:
@@ -137,13 +141,14 @@ class CellCache:
         cells[~is_pad] = free[:num_real]
         read = [self.seq_cells[seq] for seq in real_seqs]
         cells_read = np.unique(np.concatenate(read)) if read else np.zeros(0, np.int64)
-        bias, bias_window = self._make_bias(seq_ids, positions, cells_read)
+        bias, bias_window = self._make_bias(seq_ids, positions, cells_read, causal)
         return StepPlan(seq_ids, positions, cells, cells_read, bias, bias_window, self.version)
 
     def commit_step(self, plan: StepPlan) -> None:
         """Apply a plan made against the current version: its tokens' cells become theirs."""
         if plan.version != self.version:
-            raise InvalidArgument(f"step planned at version {plan.version}, cache is at {self.version}")
+            raise InvalidArgument(
+                f"step planned at version {plan.version}, cache is at {self.version}")
         real = plan.seq_ids != PAD_SEQ
         cells, seqs, positions = plan.cells[real], plan.seq_ids[real], plan.positions[real]
         self.cell_pos[cells] = positions
@@ -153,7 +158,7 @@ class CellCache:
         self.version += 1
 
     def _make_bias(
-        self, seq_ids: np.ndarray, positions: np.ndarray, cells_read: np.ndarray
+        self, seq_ids: np.ndarray, positions: np.ndarray, cells_read: np.ndarray, causal: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
         # visible[t, j]: token t sees column j of [cells_read ; step tokens].
         num_tokens, num_read = seq_ids.size, cells_read.size
@@ -168,7 +173,8 @@ class CellCache:
                 continue
             visible[np.ix_(rows, column[self.seq_cells[seq]])] = True
             same = num_read + rows
-            visible[np.ix_(rows, same)] = positions[rows][None, :] <= positions[rows][:, None]
+            visible[np.ix_(rows, same)] = (
+                positions[rows][None, :] <= positions[rows][:, None] if causal else True)
         bias = np.where(visible, np.float32(0), NEG_INF).astype(np.float32)
         if self.window == 0:
             return bias, None

@@ -105,8 +105,8 @@ class Executor:
         outputs: list[Output | None] = [None] * len(batch)
         for row, index in enumerate(step.output_inputs):
             sid = batch[index].sid
-            outputs[index] = Output(sid, self.sample(sid, result.logits[row],
-                                                     int(step.positions[step.logit_indices[row]]) + 1))
+            position = int(step.positions[step.logit_indices[row]]) + 1
+            outputs[index] = Output(sid, (self.sample(sid, result.logits[row], position),))
         return outputs
 
     def pack(self, batch: Sequence[BatchInput]) -> PackedStep:
@@ -121,9 +121,8 @@ class Executor:
             if item.produce_output:
                 indices.append(len(tokens) - 1)
                 answered.append(index)
-        as_array = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
-        return PackedStep(as_array(seq_ids), as_array(tokens), as_array(positions),
-                          as_array(indices), tuple(answered))
+        return PackedStep(_int64(seq_ids), _int64(tokens), _int64(positions), _int64(indices),
+                          tuple(answered))
 
     def validate(self, batch: Sequence[BatchInput]) -> None:
         if not isinstance(batch, Sequence) or len(batch) == 0:
@@ -212,6 +211,10 @@ def check_limits(manifest: Manifest, max_sessions: int, max_session_tokens: int)
         raise InvalidArgument(f"{max_sessions} sessions of {max_session_tokens} tokens exceed "
                               f"the pool's {manifest.max_cells} cells, one of which is reserved")
     return max_session_tokens
+
+
+def _int64(values: list[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
 
 
 def _check_int(name: str, value: object) -> None:

@@ -43,5 +43,12 @@ class BatchInput:
 
 @dataclass(frozen=True)
 class Output:
+    """The tokens one input produced: one from a plain step, accepted + 1 from a DFlash cycle.
+    The last token is not yet fed to the target: it is the session's next input."""
+
     sid: int
-    token: int
+    tokens: tuple[int, ...]
+
+    @property
+    def token(self) -> int:
+        return self.tokens[-1]

@@ -1,0 +1,100 @@
+"""checkpoint -> artifact: reads safetensors/GGUF, emits ONNX, writes the manifest."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import onnx
+
+from cellspec import artifact
+from cellspec.artifact import LayerCache, Manifest, ModelInfo, TargetMethod
+from cellspec.errors import InvalidArgument
+from cellspec.export.arch import Hparams, read_hparams
+from cellspec.export.checkpoint import Checkpoint, load_checkpoint
+from cellspec.export.config import ExportConfig
+from cellspec.export.target import make_target_graph
+from cellspec.export.weights import WeightStore
+
+TARGET_GRAPH = "target.onnx"
+
+__all__ = ["Checkpoint", "ExportConfig", "TARGET_GRAPH", "export", "load_checkpoint"]
+
+
+def export(checkpoint: str | Path | Checkpoint, out: str | Path,
+           config: ExportConfig | None = None, progress: bool = True, *,
+           overwrite: bool = False) -> Manifest:
+    """Export a HF checkpoint folder, a `.gguf` file or a loaded Checkpoint into the artifact
+    folder `out`: target.onnx, weights.bin, tokenizer.json (when the checkpoint has one) and
+    manifest.json. `out` must be missing or empty; with `overwrite`, an existing artifact there is
+    replaced. Nothing is left in `out` when the export fails."""
+    config = config or ExportConfig()
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    hp = read_hparams(ckpt.config)
+    _check_against_model(config, hp)
+    out = _prepare_folder(Path(out), overwrite)
+    try:
+        with WeightStore(out) as store:
+            model = make_target_graph(hp, ckpt.tensors, store, config.dtype,
+                                      config.resolved_max_cells, config.taps, progress)
+        onnx.save(model, str(out / TARGET_GRAPH))
+        if ckpt.tokenizer_json is not None:
+            (out / artifact.TOKENIZER_NAME).write_text(ckpt.tokenizer_json)
+        manifest = make_manifest(ckpt, hp, config)
+        manifest.save(out)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return manifest
+
+
+def make_manifest(ckpt: Checkpoint, hp: Hparams, config: ExportConfig) -> Manifest:
+    """The manifest of a target-only artifact exported with `config`."""
+    model = ModelInfo(
+        architecture=hp.spec.key,
+        vocab_size=hp.vocab_size,
+        hidden_size=hp.hidden_size,
+        num_layers=hp.num_layers,
+        num_heads=hp.num_heads,
+        dtype=config.dtype,
+        rope_theta=hp.rope_theta,
+        rope_scaling=hp.rope_scaling,
+        bos_token_id=hp.bos_token_id,
+        eos_token_ids=hp.eos_token_ids,
+        tokenizer=artifact.TOKENIZER_NAME if ckpt.tokenizer_json is not None else None,
+        chat_template=ckpt.chat_template,
+        name=ckpt.name,
+    )
+    return Manifest(
+        model=model,
+        target_cache=tuple(LayerCache(hp.num_kv_heads, hp.head_dim, window)
+                           for window in hp.windows),
+        max_cells=config.resolved_max_cells,
+        max_context=config.resolved_max_context(hp.max_position_embeddings),
+        target=TargetMethod(TARGET_GRAPH, config.static_widths, config.dynamic_width,
+                            config.taps),
+    )
+
+
+def _check_against_model(config: ExportConfig, hp: Hparams) -> None:
+    for layer in config.taps:
+        if layer >= hp.num_layers:
+            raise InvalidArgument(f"taps: layer {layer} outside 0..{hp.num_layers - 1}")
+    max_context = config.resolved_max_context(hp.max_position_embeddings)
+    if max_context > hp.max_position_embeddings:
+        raise InvalidArgument(f"max_context {max_context}: the model was trained for "
+                              f"{hp.max_position_embeddings} positions")
+
+
+def _prepare_folder(out: Path, overwrite: bool) -> Path:
+    if out.exists() and not out.is_dir():
+        raise InvalidArgument(f"out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise InvalidArgument(f"out {out}: folder is not empty (pass overwrite=True)")
+        if not (out / artifact.MANIFEST_NAME).is_file():
+            raise InvalidArgument(
+                f"out {out}: not empty and not a cellspec artifact; refusing to overwrite it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out

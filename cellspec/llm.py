@@ -1,0 +1,127 @@
+"""The high-level API: `LLM(model).generate(prompts, SamplingParams)` and `LLM.stream`.
+
+Every call tokenizes and validates all its prompts before a session is opened, then runs them
+through one continuous-batching scheduler; every session it opened is closed when it returns or
+raises, or when a stream is closed early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cellspec.errors import InvalidArgument
+from cellspec.model_cache import resolve_model
+from cellspec.request import Request, RequestOutput, SamplingParams
+from cellspec.runtime.executor import Executor
+from cellspec.scheduler import DEFAULT_MAX_PREFILL_TOKENS, Scheduler
+from cellspec.tokenizer import IncrementalDetokenizer, Tokenizer
+
+if TYPE_CHECKING:
+    from cellspec.export.config import ExportConfig
+
+__all__ = ["LLM", "RequestOutput", "SamplingParams"]
+
+
+class LLM:
+    """A model ready to generate. `model`: an artifact folder, a checkpoint (HF folder or .gguf,
+    exported once into the cache) or None for the bundled SmolLM2-135M-Instruct. `chat`: wrap
+    prompts in the chat template (default: when the model has one)."""
+
+    def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
+                 max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
+                 export_config: ExportConfig | None = None, chat: bool | None = None,
+                 max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS) -> None:
+        if chat is not None and not isinstance(chat, bool):
+            raise InvalidArgument(f"chat {chat!r}: expected True, False or None")
+        self.folder = resolve_model(model, export_config)
+        self.executor = Executor.load(self.folder, backend=backend, max_sessions=max_sessions,
+                                      max_session_tokens=max_session_tokens, threads=threads)
+        self.tokenizer = Tokenizer.load(self.folder, self.executor.manifest)
+        if chat and not self.tokenizer.has_chat_template:
+            raise InvalidArgument(f"chat=True, but {self.folder} has no chat template")
+        self.chat = self.tokenizer.has_chat_template if chat is None else chat
+        self.max_prefill_tokens = max_prefill_tokens
+        self._make_scheduler()  # validates max_prefill_tokens now rather than at first use
+
+    @property
+    def manifest(self):
+        return self.executor.manifest
+
+    def generate(self, prompts: str | Sequence[str],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 use_tqdm: bool = False) -> list[RequestOutput]:
+        """Generate for every prompt (one params for all, or one each); outputs in prompt order."""
+        from tqdm import tqdm
+
+        requests = self.make_requests(prompts, params)
+        scheduler = self._make_scheduler()
+        try:
+            with tqdm(total=len(requests), disable=not use_tqdm, desc="generate") as bar:
+                for request in requests:
+                    scheduler.add(request)
+                while scheduler.has_work:
+                    bar.update(len(scheduler.step()))
+        finally:
+            scheduler.abort()
+        return [request.output() for request in requests]
+
+    def stream(self, prompt: str, params: SamplingParams | None = None) -> Iterator[str]:
+        """Text deltas of one prompt's output as tokens arrive; they concatenate to the text
+        `generate` returns. Validates before returning; close the iterator to stop early."""
+        if not isinstance(prompt, str):
+            raise InvalidArgument(f"prompt {prompt!r}: stream takes one str")
+        if params is not None and not isinstance(params, SamplingParams):
+            raise InvalidArgument(f"params {params!r}: expected one SamplingParams")
+        [request] = self.make_requests([prompt], params)
+        return self._stream(request)
+
+    def make_requests(self, prompts: str | Sequence[str],
+                      params: SamplingParams | Sequence[SamplingParams] | None) -> list[Request]:
+        """Tokenize and validate every prompt; nothing is opened."""
+        prompts = [prompts] if isinstance(prompts, str) else prompts
+        if not isinstance(prompts, Sequence) or len(prompts) == 0:
+            raise InvalidArgument(f"prompts {prompts!r}: expected a str or a non-empty list")
+        per_prompt = _params_per_prompt(params, len(prompts))
+        budget = self.executor.max_session_tokens
+        requests = []
+        for index, (prompt, request_params) in enumerate(zip(prompts, per_prompt)):
+            ids = self.tokenizer.encode(prompt, self.chat)
+            if not ids:
+                raise InvalidArgument(f"prompt {index}: encodes to no tokens")
+            if len(ids) >= budget:
+                raise InvalidArgument(
+                    f"prompt {index}: {len(ids)} tokens leave no room in the budget of {budget} "
+                    "tokens per session (raise max_session_tokens or shorten the prompt)")
+            requests.append(Request(prompt, tuple(ids), request_params,
+                                    IncrementalDetokenizer(self.tokenizer)))
+        return requests
+
+    def _stream(self, request: Request) -> Iterator[str]:
+        scheduler = self._make_scheduler()
+        try:
+            scheduler.add(request)
+            while scheduler.has_work:
+                scheduler.step()
+                text = request.take_unread()
+                if text:
+                    yield text
+        finally:
+            scheduler.abort()
+
+    def _make_scheduler(self) -> Scheduler:
+        return Scheduler(self.executor, self.tokenizer.eos_token_ids, self.max_prefill_tokens)
+
+
+def _params_per_prompt(params: SamplingParams | Sequence[SamplingParams] | None,
+                       count: int) -> list[SamplingParams]:
+    if params is None:
+        return [SamplingParams()] * count
+    if isinstance(params, SamplingParams):
+        return [params] * count
+    if not isinstance(params, Sequence) or not all(isinstance(p, SamplingParams) for p in params):
+        raise InvalidArgument(f"params {params!r}: expected SamplingParams or a list of them")
+    if len(params) != count:
+        raise InvalidArgument(f"params: {len(params)} SamplingParams for {count} prompts")
+    return list(params)

@@ -1,0 +1,106 @@
+"""Continuous batching: requests join and leave between steps; each step is one executor batch.
+
+A step packs one decode token for every running request whose prompt is in the cache, then
+prefill chunks of the others, oldest first, at most `max_prefill_tokens` prompt tokens in all so
+long prompts never starve decoding. The chunk that ends a prompt asks for the first output token.
+Each request owns one session from admission to finish; `abort` closes whatever is still open.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection
+
+from cellspec.errors import InvalidArgument
+from cellspec.request import Request
+from cellspec.runtime.executor import Executor
+from cellspec.runtime.types import BatchInput
+
+DEFAULT_MAX_PREFILL_TOKENS = 256
+
+
+class Scheduler:
+    def __init__(self, executor: Executor, eos_token_ids: Collection[int],
+                 max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS) -> None:
+        if isinstance(max_prefill_tokens, bool) or not isinstance(max_prefill_tokens, int) \
+                or max_prefill_tokens < 1:
+            raise InvalidArgument(f"max_prefill_tokens {max_prefill_tokens!r}: expected an "
+                                  "integer >= 1")
+        self.executor = executor
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.max_prefill_tokens = max_prefill_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def step(self) -> list[Request]:
+        """Admit, run one batch, and retire; returns the requests that finished."""
+        self._admit()
+        batch = self.make_batch()
+        outputs = self.executor.execute(batch)
+        by_sid = {r.sid: r for r in self.running}
+        budget = self.executor.max_session_tokens
+        for item, output in zip(batch, outputs):
+            request = by_sid[item.sid]
+            request.num_computed = self.executor.pos(item.sid)
+            for token in output.tokens if output is not None else ():
+                if request.finish_reason is None:
+                    request.append(token, self.eos_token_ids, budget)
+        finished = [r for r in self.running if r.finish_reason is not None]
+        for request in finished:
+            self._retire(request)
+        return finished
+
+    def make_batch(self) -> list[BatchInput]:
+        """Decode inputs for every prefilled request, then prefill chunks within the budget."""
+        batch = [BatchInput(r.sid, (r.token_ids[-1],), r.num_computed)
+                 for r in self.running if r.is_prefilled]
+        budget = self.max_prefill_tokens
+        for request in self.running:
+            if request.is_prefilled or budget == 0:
+                continue
+            start = request.num_computed
+            end = min(len(request.prompt_token_ids), start + budget)
+            batch.append(BatchInput(request.sid, request.prompt_token_ids[start:end], start,
+                                    produce_output=end == len(request.prompt_token_ids)))
+            budget -= end - start
+        assert batch, "a running request always has an input"
+        return batch
+
+    def abort(self) -> None:
+        """Close every session still open and forget every request (after an error or a
+        consumer that stopped early)."""
+        running, self.running = self.running, []
+        self.waiting.clear()
+        for request in running:
+            if request.sid is not None:
+                self.executor.close_session(request.sid)
+                request.sid = None
+
+    def _admit(self) -> None:
+        sessions = self.executor.sessions
+        while self.waiting and sessions.can_open():
+            request = self.waiting[0]
+            sid = self.executor.open_session()
+            try:
+                self.executor.set_sampling(sid, request.params.sampling, request.params.seed)
+            except BaseException:
+                self.executor.close_session(sid)
+                raise
+            request.sid = sid
+            self.running.append(self.waiting.popleft())
+        if not self.running:
+            raise InvalidArgument(f"all {sessions.max_sessions} sessions are in use (is another "
+                                  "stream still open?)")
+
+    def _retire(self, request: Request) -> None:
+        self.running.remove(request)
+        assert request.sid is not None
+        self.executor.close_session(request.sid)
+        request.sid = None

@@ -1,0 +1,115 @@
+"""The executor on a tiny random Llama: batch invariance, clone, rewind, cell accounting."""
+
+import numpy as np
+import pytest
+
+from cellspec.runtime.types import BatchInput, Sampling
+
+GREEDY = Sampling()
+SAMPLED = Sampling(temperature=0.8, top_p=0.9, top_k=40)
+
+
+def prompts(count, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(3, 256, size=int(rng.integers(1, 23))).tolist() for _ in range(count)]
+
+
+def decode(executor, sids, first_tokens, steps):
+    """Decode `steps` tokens for each session from its frontier, all in one batch per step."""
+    produced = {sid: [] for sid in sids}
+    pending = dict(zip(sids, first_tokens))
+    for _ in range(steps):
+        batch = [BatchInput(sid, (pending[sid],), executor.pos(sid)) for sid in sids]
+        for out in executor.execute(batch):
+            produced[out.sid].append(out.token)
+            pending[out.sid] = out.token
+        executor.cache.check()
+    return [produced[sid] for sid in sids]
+
+
+def run_alone(executor, prompt, sampling, seed, steps):
+    sid = executor.open_session()
+    executor.set_sampling(sid, sampling, seed)
+    first = executor.execute([BatchInput(sid, tuple(prompt), 0)])[0].token
+    tokens = [first] + decode(executor, [sid], [first], steps - 1)[0]
+    executor.close_session(sid)
+    return tokens
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_batch_of_eight_equals_each_alone(make_executor, sampling):
+    executor = make_executor()
+    texts = prompts(8)
+    alone = [run_alone(executor, p, sampling, seed=100 + i, steps=12) for i, p in enumerate(texts)]
+    assert executor.cache.num_used == 0
+    sids = [executor.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        executor.set_sampling(sid, sampling, 100 + i)
+    outs = executor.execute([BatchInput(sid, tuple(p), 0) for sid, p in zip(sids, texts)])
+    executor.cache.check()
+    firsts = [o.token for o in outs]
+    batched = [[f] + rest for f, rest in zip(firsts, decode(executor, sids, firsts, 11))]
+    assert batched == alone
+    assert len({tuple(t) for t in alone}) > 1  # the prompts really differ
+    for sid in sids:
+        executor.close_session(sid)
+    executor.cache.check()
+    assert executor.cache.num_used == 0
+
+
+def test_seed_changes_sampled_tokens_and_is_reproducible(make_executor):
+    executor = make_executor()
+    prompt = prompts(1, seed=3)[0]
+    a = run_alone(executor, prompt, SAMPLED, seed=1, steps=16)
+    b = run_alone(executor, prompt, SAMPLED, seed=1, steps=16)
+    c = run_alone(executor, prompt, SAMPLED, seed=2, steps=16)
+    assert a == b and a != c
+
+
+def test_clone_shares_cells_and_branches_decode_as_from_scratch(make_executor):
+    executor = make_executor()
+    prompt = prompts(1, seed=5)[0] + [7, 8, 9]
+    reference = run_alone(executor, prompt, GREEDY, seed=0, steps=10)
+    sid = executor.open_session()
+    executor.set_sampling(sid, GREEDY)
+    first = executor.execute([BatchInput(sid, tuple(prompt), 0)])[0].token
+    used = executor.cache.num_used
+    assert used == len(prompt)
+    upto = len(prompt) - 2
+    branch = executor.clone(sid, upto)
+    executor.cache.check()
+    assert executor.cache.num_used == used  # shared: nothing copied
+    assert executor.pos(branch) == upto
+    # the branch re-feeds the last two prompt tokens: it must continue exactly as the original
+    out = executor.execute([BatchInput(branch, tuple(prompt[upto:]), upto),
+                            BatchInput(sid, (first,), len(prompt))])
+    assert out[0].token == first and out[1].token == reference[1]
+    assert executor.cache.num_used == used + 2 + 1
+    rest = decode(executor, [sid, branch], [reference[1], first], 8)
+    assert [reference[0], reference[1]] + rest[0][:8] == reference[:10]
+    assert [first] + rest[1] == reference[:9]
+    assert executor.cache.num_used == used + 2 + 1 + 8 + 8
+    executor.close_session(sid)
+    executor.cache.check()
+    executor.close_session(branch)
+    assert executor.cache.num_used == 0
+
+
+def test_rewind_then_redecode_reproduces(make_executor):
+    executor = make_executor()
+    sid = executor.open_session()
+    executor.set_sampling(sid, SAMPLED, seed=9)
+    prompt = prompts(1, seed=8)[0]
+    first = executor.execute([BatchInput(sid, tuple(prompt), 0)])[0].token
+    tokens = [first] + decode(executor, [sid], [first], 9)[0]
+    executor.rewind(sid, len(prompt) + 3)
+    executor.cache.check()
+    assert executor.cache.num_used == len(prompt) + 3
+    again = decode(executor, [sid], [tokens[3]], 6)[0]
+    assert again == tokens[4:10]
+    # a position before the frontier rewinds implicitly
+    out = executor.execute([BatchInput(sid, (tokens[0],), len(prompt))])
+    assert out[0].token == tokens[1]
+    assert executor.pos(sid) == len(prompt) + 1
+    executor.close_session(sid)
+    assert executor.cache.num_used == 0
