@@ -127,8 +127,9 @@ class Manifest:
         _check(len(self.target_cache) == self.model.num_layers, "target_cache",
                f"{len(self.target_cache)} layers, the model has {self.model.num_layers}")
         widths = self.target.static_widths
-        _check(len(widths) > 0 and all(w > 0 for w in widths) and list(widths) == sorted(set(widths)),
-               "target.static_widths", f"{list(widths)}, need ascending positive widths")
+        is_ascending = list(widths) == sorted(set(widths))
+        _check(len(widths) > 0 and widths[0] > 0 and is_ascending, "target.static_widths",
+               f"{list(widths)}, need ascending positive widths")
         _check(self.target.dynamic_width == 0 or self.target.dynamic_width > widths[-1],
                "target.dynamic_width",
                f"{self.target.dynamic_width}, must be 0 or wider than {widths[-1]}")

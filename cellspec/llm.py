@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArgument
 from cellspec.model_cache import resolve_model
 from cellspec.request import Request, RequestOutput, SamplingParams
@@ -46,7 +47,7 @@ class LLM:
         self._make_scheduler()  # validates max_prefill_tokens now rather than at first use
 
     @property
-    def manifest(self):
+    def manifest(self) -> Manifest:
         return self.executor.manifest
 
     def generate(self, prompts: str | Sequence[str],

@@ -82,6 +82,7 @@ def export_into(checkpoint: Path, folder: Path, config: ExportConfig, progress: 
     folder.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX + folder.name + "-", dir=folder.parent))
     try:
+        temp.chmod(0o755)  # mkdtemp makes it private; the artifact is an ordinary folder
         export(checkpoint, temp, config, progress=progress)
         try:
             temp.rename(folder)

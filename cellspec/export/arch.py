@@ -22,13 +22,16 @@ class ArchSpec:
     has_qk_norm: bool  # RMSNorm over head_dim on q and k before rope (Qwen3)
     window_rule: str  # "none" | "qwen3" (layer_types / max_window_layers) | "all" (Mistral)
     has_mlp_bias_key: bool  # config `mlp_bias` may add biases to the MLP projections
+    default_head_dim: int | None = None  # when config has no head_dim; None = hidden / heads
     mlp: str = "swiglu"  # down(silu(gate(x)) * up(x))
 
 
+# Defaults for keys a config.json may omit are those of the transformers config classes.
+DEFAULT_SLIDING_WINDOW = 4096  # MistralConfig and Qwen3Config
 ARCHITECTURES: dict[str, ArchSpec] = {
     "LlamaForCausalLM": ArchSpec("llama", False, "none", True),
     "MistralForCausalLM": ArchSpec("mistral", False, "all", False),
-    "Qwen3ForCausalLM": ArchSpec("qwen3", True, "qwen3", False),
+    "Qwen3ForCausalLM": ArchSpec("qwen3", True, "qwen3", False, default_head_dim=128),
 }
 ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -85,7 +88,7 @@ def read_hparams(config: dict[str, Any]) -> Hparams:
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=kv_heads,
-        head_dim=_int(config, "head_dim", hidden // heads),
+        head_dim=_int(config, "head_dim", spec.default_head_dim or hidden // heads),
         intermediate_size=_int(config, "intermediate_size"),
         rms_eps=float(config.get("rms_norm_eps", 1e-6)),
         rope_theta=theta,
@@ -150,7 +153,7 @@ def _rope(config: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
 def _windows(spec: ArchSpec, config: dict[str, Any], layers: int) -> tuple[int, ...]:
     if spec.window_rule == "none":
         return (0,) * layers
-    window = config.get("sliding_window")
+    window = config.get("sliding_window", DEFAULT_SLIDING_WINDOW)
     if spec.window_rule == "all":  # Mistral: every layer, when sliding_window is set
         return (int(window) if window else 0,) * layers
     # Qwen3Config.__post_init__: sliding_window only counts with use_sliding_window, and

@@ -46,6 +46,9 @@ class SafetensorsTensors(Mapping[str, np.ndarray]):
         except (OSError, ValueError, TypeError) as error:
             raise InvalidCheckpoint(f"{path}: cannot read tensor {name} ({error})") from error
 
+    def __contains__(self, name: object) -> bool:  # without reading the tensor
+        return name in self._files
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._files)
 

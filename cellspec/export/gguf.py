@@ -60,14 +60,9 @@ def load_gguf(path: str | Path) -> Checkpoint:
     reader = _open(path)
     metadata = {key: field.contents() for key, field in reader.fields.items()}
     config = _config(metadata, {tensor.name for tensor in reader.tensors}, path)
-    tensors = {}
-    for tensor in reader.tensors:
-        name, values = _hf_tensor(tensor, config)
-        tensors[name] = values
-    _check_shapes(tensors, config, path)
     return Checkpoint(
         config=config,
-        tensors=tensors,
+        tensors=_read_tensors(reader, config, path),
         tokenizer_json=make_tokenizer_json(metadata),
         chat_template=metadata.get("tokenizer.chat_template"),
         name=path.name.removesuffix(".gguf"),
@@ -112,14 +107,20 @@ def _require(metadata: dict[str, Any], key: str, path: Path) -> Any:
     return metadata[key]
 
 
-def _config(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> dict[str, Any]:
-    """The Hugging Face LlamaConfig fields the metadata states."""
+def _check_supported(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> None:
     arch = _require(metadata, "general.architecture", path)
     if arch != "llama":
         raise InvalidCheckpoint(f"{path}: architecture {arch!r} is not supported; expected 'llama'")
     scaling = metadata.get("llama.rope.scaling.type", "none")
-    if scaling != "none" or "rope_freqs.weight" in tensor_names:
+    if scaling != "none":
         raise InvalidCheckpoint(f"{path}: rope scaling {scaling!r} is not supported")
+    if "rope_freqs.weight" in tensor_names:  # llama3-style rope scaling factors
+        raise InvalidCheckpoint(f"{path}: tensor 'rope_freqs.weight' is not supported")
+
+
+def _config(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> dict[str, Any]:
+    """The Hugging Face LlamaConfig fields the metadata states."""
+    _check_supported(metadata, tensor_names, path)
 
     def key(name: str) -> Any:
         return _require(metadata, f"llama.{name}", path)
@@ -154,7 +155,9 @@ def _config(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> dic
     }
 
 
-def _hf_name(gguf_name: str) -> str | None:
+def hf_tensor_name(gguf_name: str) -> str | None:
+    """The Hugging Face name of a llama GGUF tensor (`blk.3.attn_q.weight` ->
+    `model.layers.3.self_attn.q_proj.weight`), or None for a name llama has no use for."""
     if gguf_name in TENSOR_NAMES:
         return TENSOR_NAMES[gguf_name]
     match = _LAYER_NAME.fullmatch(gguf_name)
@@ -164,25 +167,43 @@ def _hf_name(gguf_name: str) -> str | None:
     return None if template is None else template.format(i=int(match[1]))
 
 
-def _hf_tensor(tensor: Any, config: dict[str, Any]) -> tuple[str, np.ndarray]:
-    """(Hugging Face name, float32 values [out, in]) of one GGUF tensor."""
+def _read_tensors(reader: Any, config: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
+    """Every tensor as float32 [out, in] under its Hugging Face name, shapes checked first."""
+    expected = _expected_shapes(config)
+    tensors = {}
+    for tensor in reader.tensors:
+        name = hf_tensor_name(tensor.name)
+        if name not in expected:
+            raise InvalidCheckpoint(f"{path}: GGUF tensor {tensor.name!r} is not a llama weight")
+        values = _dequantize(tensor, path)
+        if values.shape != expected[name]:
+            shape = expected[name]
+            raise InvalidCheckpoint(
+                f"{path}: tensor {tensor.name!r} has shape {values.shape}, expected {shape}"
+            )
+        if name.endswith("q_proj.weight"):
+            values = unpermute_rows(values, config["num_attention_heads"])
+        elif name.endswith("k_proj.weight"):
+            values = unpermute_rows(values, config["num_key_value_heads"])
+        tensors[name] = values
+    missing = sorted(expected.keys() - tensors.keys())
+    if missing:
+        raise InvalidCheckpoint(f"{path}: {len(missing)} tensors missing, first {missing[0]}")
+    return tensors
+
+
+def _dequantize(tensor: Any, path: Path) -> np.ndarray:
     from gguf.quants import dequantize
 
-    name = _hf_name(tensor.name)
-    if name is None:
-        raise InvalidCheckpoint(f"GGUF tensor {tensor.name!r} has no Hugging Face llama name")
     try:
         values = dequantize(tensor.data, tensor.tensor_type)
     except NotImplementedError as error:
         kind = tensor.tensor_type.name
-        raise InvalidCheckpoint(f"GGUF tensor {tensor.name!r}: cannot dequantize {kind}") from error
+        raise InvalidCheckpoint(
+            f"{path}: tensor {tensor.name!r}: cannot dequantize {kind}"
+        ) from error
     # GGUF shapes list the fastest axis first: ne = [in, out] is the [out, in] matrix.
-    values = np.array(values, dtype=np.float32).reshape(tuple(reversed(tensor.shape.tolist())))
-    if name.endswith("q_proj.weight"):
-        values = unpermute_rows(values, config["num_attention_heads"])
-    elif name.endswith("k_proj.weight"):
-        values = unpermute_rows(values, config["num_key_value_heads"])
-    return name, values
+    return np.array(values, dtype=np.float32).reshape(tuple(reversed(tensor.shape.tolist())))
 
 
 def _expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -209,16 +230,3 @@ def _expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     for i in range(config["num_hidden_layers"]):
         shapes.update({f"model.layers.{i}.{name}": shape for name, shape in layer.items()})
     return shapes
-
-
-def _check_shapes(tensors: dict[str, np.ndarray], config: dict[str, Any], path: Path) -> None:
-    expected = _expected_shapes(config)
-    for name in sorted(expected.keys() | tensors.keys()):
-        if name not in tensors:
-            raise InvalidCheckpoint(f"{path}: tensor {name} is missing")
-        if name not in expected:
-            raise InvalidCheckpoint(f"{path}: tensor {name} is past layer count or unexpected")
-        if tensors[name].shape != expected[name]:
-            raise InvalidCheckpoint(
-                f"{path}: tensor {name} has shape {tensors[name].shape}, expected {expected[name]}"
-            )

@@ -11,8 +11,12 @@ standard opset-21 ops (TopK, CumSum, ArgMax, GatherElements, Where, ...):
   per position j = 0..W-1); row j's target is what `sample` draws with uniform j.
 
 The vocabulary order relies on TopK's tie rule (ONNX: the lower index first), the host's "ties:
-lower id first". TensorRT's TopK caps k at 3840, so the full-vocabulary sort of `sample` and
-`verify` does not build as a TensorRT engine: run those two on ONNX Runtime.
+lower id first". exp(z - z_max) and its sum are computed in float64 and rounded to float32, so they
+do not depend on the backend's float32 exp; the cumulative sums are sequential float32, bit-equal
+to numpy's on ORT CPU. Draws can still differ from the host where u or top_p sits within float32
+rounding of a boundary (numpy's float32 exp and pairwise sum round differently).
+TensorRT's TopK caps k at 3840, so the full-vocabulary sort of `sample` and `verify` does not
+build as a TensorRT engine: run those two on ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -48,8 +52,8 @@ def _emit_sample(g: GraphBuilder, logits: str, temperature: str, top_p: str, top
     """logits [R, V]; temperature, top_p, top_k, uniform [R, 1] float32 -> tokens [R, 1] int64.
 
     The sampling rule of cellspec.runtime.sampling, step by step in the same float32 ops."""
-    zero, one = g.const(0.0, "float32"), g.const(1.0, "float32")
-    is_greedy = g.node("Equal", [temperature, zero], name=f"{name}/is_greedy")
+    one = g.const(1.0, "float32")
+    is_greedy = g.node("Equal", [temperature, g.const(0.0, "float32")], name=f"{name}/is_greedy")
     safe_t = g.node("Where", [is_greedy, one, temperature], name=f"{name}/safe_temperature")
     z = g.node("Div", [logits, safe_t], name=f"{name}/scaled")
     # the vocabulary by z descending, ties by lower id (TopK's tiebreak): values, order [R, V]
@@ -57,35 +61,57 @@ def _emit_sample(g: GraphBuilder, logits: str, temperature: str, top_p: str, top
     g.node("TopK", [z, g.const([vocab_size])], name=f"{name}/sort", outputs=[values, order],
            axis=-1, largest=1, sorted=1)
     rank = g.node("Range", [g.const(0), g.const(vocab_size), g.const(1)], name=f"{name}/rank")
-    # top_k: ranks < k survive; k <= 0 or k > V keeps all
+    probs, keep_k = _emit_top_k_probs(g, values, rank, top_k, vocab_size, name)
+    keep = _emit_top_p_keep(g, probs, keep_k, rank, top_p, name)
+    index = _emit_inverse_cdf(g, probs, keep, rank, uniform, name)
+    sampled = g.node("GatherElements", [order, index], name=f"{name}/sampled", axis=1)
+    greedy = g.node("ArgMax", [logits], name=f"{name}/greedy", axis=1, keepdims=1,
+                    select_last_index=0)
+    return g.node("Where", [is_greedy, greedy, sampled], name=f"{name}/token")
+
+
+def _emit_top_k_probs(g: GraphBuilder, values: str, rank: str, top_k: str, vocab_size: int,
+                      name: str) -> tuple[str, str]:
+    """values [R, V] sorted descending -> (p [R, V], keep_k [R, V]): ranks < top_k survive (0 or
+    > V: all); p = exp(z - z_max) / sum over them, 0 elsewhere. exp and the sum are computed in
+    float64 and rounded to float32: correctly rounded, whatever the backend's float32 exp."""
     k = g.node("Cast", [top_k], name=f"{name}/k", to=TensorProto.INT64)
     k_off = g.node("Or", [g.node("LessOrEqual", [k, g.const(0)], name=f"{name}/k_zero"),
                           g.node("Greater", [k, g.const(vocab_size)], name=f"{name}/k_big")],
                    name=f"{name}/k_off")
     k = g.node("Where", [k_off, g.const(vocab_size), k], name=f"{name}/k_eff")
-    keep_k = g.node("Less", [rank, k], name=f"{name}/keep_k")  # [R, V]
-    # p = softmax over the kept ranks, as exp(z - z_max) / sum
-    z_max = _columns(g, values, 0, 1, f"{name}/z_max")
-    shifted = g.node("Sub", [values, z_max], name=f"{name}/shifted")
+    keep_k = g.node("Less", [rank, k], name=f"{name}/keep_k")
+    shifted = g.node("Sub", [values, _columns(g, values, 0, 1, f"{name}/z_max")],
+                     name=f"{name}/shifted")
     shifted = g.node("Cast", [shifted], name=f"{name}/shifted_f64", to=TensorProto.DOUBLE)
     exp = g.node("Cast", [g.node("Exp", [shifted], name=f"{name}/exp_f64")],
                  name=f"{name}/exp", to=TensorProto.FLOAT)
-    exp = g.node("Where", [keep_k, exp, zero], name=f"{name}/exp_kept")
-    total = g.node("ReduceSum", [g.node("Cast", [exp], name=f"{name}/exp_kept_f64",
-                                        to=TensorProto.DOUBLE), g.const([1])],
-                   name=f"{name}/total_f64", keepdims=1)
+    exp = g.node("Where", [keep_k, exp, g.const(0.0, "float32")], name=f"{name}/exp_kept")
+    exp_f64 = g.node("Cast", [exp], name=f"{name}/exp_kept_f64", to=TensorProto.DOUBLE)
+    total = g.node("ReduceSum", [exp_f64, g.const([1])], name=f"{name}/total_f64", keepdims=1)
     total = g.node("Cast", [total], name=f"{name}/total", to=TensorProto.FLOAT)
-    probs = g.node("Div", [exp, total], name=f"{name}/probs")
-    # top_p: keep rank j iff j == 0 or the exclusive mass before it (cumsum(p) - p) < top_p
+    return g.node("Div", [exp, total], name=f"{name}/probs"), keep_k
+
+
+def _emit_top_p_keep(g: GraphBuilder, probs: str, keep_k: str, rank: str, top_p: str,
+                     name: str) -> str:
+    """keep [R, V]: rank j survives top_k and (j == 0 or cumsum(p)_j - p_j < top_p), the
+    exclusive mass computed as the host does."""
     cumsum = g.node("CumSum", [probs, g.const(1)], name=f"{name}/cumsum")
     exclusive = g.node("Sub", [cumsum, probs], name=f"{name}/exclusive")
     is_first = g.node("Equal", [rank, g.const(0)], name=f"{name}/is_first")
     keep_p = g.node("Or", [g.node("Less", [exclusive, top_p], name=f"{name}/below_p"), is_first],
                     name=f"{name}/keep_p")
-    keep = g.node("And", [keep_k, keep_p], name=f"{name}/keep")
+    return g.node("And", [keep_k, keep_p], name=f"{name}/keep")
+
+
+def _emit_inverse_cdf(g: GraphBuilder, probs: str, keep: str, rank: str, uniform: str,
+                      name: str) -> str:
+    """The rank drawn [R, 1]: the first kept rank whose cdf > u * (kept mass), else the last
+    kept rank. The cdf runs over the kept p only; its last column is the kept mass (zeros after
+    the last kept rank add nothing), as the host's cdf[-1]."""
+    zero = g.const(0.0, "float32")
     kept = g.node("Where", [keep, probs, zero], name=f"{name}/kept")
-    # inverse CDF: the first kept rank whose cdf > u * (kept mass), else the last kept rank.
-    # cdf's last column is the kept mass: the zeros after the last kept rank add nothing.
     cdf = g.node("CumSum", [kept, g.const(1)], name=f"{name}/cdf")
     mass = _columns(g, cdf, -1, _END, f"{name}/mass")
     threshold = g.node("Mul", [uniform, mass], name=f"{name}/threshold")
@@ -93,19 +119,14 @@ def _emit_sample(g: GraphBuilder, logits: str, temperature: str, top_p: str, top
                    name=f"{name}/above")
     above = g.node("Cast", [above], name=f"{name}/above_f", to=TensorProto.FLOAT)
     first_above = g.node("ArgMax", [above], name=f"{name}/first_above", axis=1, keepdims=1)
-    found = g.node("Greater", [g.node("ReduceMax", [above, g.const([1])],
-                                      name=f"{name}/any_above", keepdims=1), zero],
-                   name=f"{name}/found")
+    any_above = g.node("ReduceMax", [above, g.const([1])], name=f"{name}/any_above", keepdims=1)
+    found = g.node("Greater", [any_above, zero], name=f"{name}/found")
     # the last kept rank: argmax of keep * rank (ranks are exact in float32 below 2**24)
-    kept_rank = g.node("Mul", [g.node("Cast", [keep], name=f"{name}/keep_f", to=TensorProto.FLOAT),
-                               g.node("Cast", [rank], name=f"{name}/rank_f", to=TensorProto.FLOAT)],
-                       name=f"{name}/kept_rank")
+    keep_f = g.node("Cast", [keep], name=f"{name}/keep_f", to=TensorProto.FLOAT)
+    rank_f = g.node("Cast", [rank], name=f"{name}/rank_f", to=TensorProto.FLOAT)
+    kept_rank = g.node("Mul", [keep_f, rank_f], name=f"{name}/kept_rank")
     last_kept = g.node("ArgMax", [kept_rank], name=f"{name}/last_kept", axis=1, keepdims=1)
-    index = g.node("Where", [found, first_above, last_kept], name=f"{name}/index")
-    sampled = g.node("GatherElements", [order, index], name=f"{name}/sampled", axis=1)
-    greedy = g.node("ArgMax", [logits], name=f"{name}/greedy", axis=1, keepdims=1,
-                    select_last_index=0)
-    return g.node("Where", [is_greedy, greedy, sampled], name=f"{name}/token")
+    return g.node("Where", [found, first_above, last_kept], name=f"{name}/index")
 
 
 def _emit_verdict(g: GraphBuilder, targets: str, candidates: str) -> str:

@@ -126,14 +126,15 @@ def _build_one(trt: Any, builder: Any, logger: Any, network: Any, entry: GraphPr
     plan = _serialize(trt, builder, logger, network, entry.graph, profiles, capability, desc)
     if plan is not None:
         return memoryview(plan)
-    message, which = logger.take(), "its profile"
+    message, which = logger.take(), f"profile 0 {_shape_text(entry.profiles[0])}"
     if len(profiles) > 1:
         # The builder names no profile: build each alone to find the first that fails.
-        which = "every profile together"
+        which = "every profile together (each builds alone)"
         for index, profile in profiles:
             alone = [(index, profile)]
             if _serialize(trt, builder, logger, network, entry.graph, alone, capability) is None:
-                message, which = logger.take(), f"profile {index} {_shape_text(profile)}"
+                message = logger.take()
+                which = f"profile {index} {_shape_text(profile)} (the first that fails alone)"
                 break
     raise InvalidArtifact(f"{entry.graph}: TensorRT cannot build an engine for {sm} with "
                           f"{which}: {message}")
@@ -234,16 +235,18 @@ def _progress_type(trt: Any) -> type:
     class Progress(trt.IProgressMonitor):
         def __init__(self, desc: str) -> None:
             trt.IProgressMonitor.__init__(self)
-            self.bar = tqdm(desc=desc, unit="step", leave=False)
+            self.desc = desc
+            self.bar: Any = None
             self.root: str | None = None
 
         def phase_start(self, phase: str, parent: str | None, num_steps: int) -> None:
             if parent is None and self.root is None:
                 self.root = phase
-                self.bar.reset(total=num_steps)
+                self.bar = tqdm(desc=self.desc, total=num_steps, unit="step")
 
         def phase_finish(self, phase: str) -> None:
-            pass
+            if phase == self.root:  # TensorRT may not report the last step complete
+                self.bar.update(self.bar.total - self.bar.n)
 
         def step_complete(self, phase: str, step: int) -> bool:
             if phase == self.root:
@@ -251,6 +254,7 @@ def _progress_type(trt: Any) -> type:
             return True  # False would cancel the build
 
         def close(self) -> None:
-            self.bar.close()
+            if self.bar is not None:
+                self.bar.close()
 
     return Progress

@@ -1,0 +1,5 @@
+"""`python -m cellspec`: the command line (cellspec/cli.py)."""
+
+from cellspec.cli import main
+
+raise SystemExit(main())

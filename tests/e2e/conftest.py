@@ -1,0 +1,35 @@
+"""The bundled SmolLM2-135M-Instruct: exported once per test session, and its transformers twin
+loaded from the same GGUF by transformers' own reader (an independent dequantizer)."""
+
+import pytest
+
+from cellspec.export import ExportConfig, export
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    from cellspec.errors import InvalidCheckpoint
+    from cellspec.export.gguf import find_bundled_gguf
+
+    try:
+        return find_bundled_gguf()
+    except InvalidCheckpoint as error:
+        pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def smollm2_artifact(smollm2_gguf, tmp_path_factory):
+    out = tmp_path_factory.mktemp("smollm2") / "artifact"
+    export(smollm2_gguf, out, ExportConfig(max_context=1024, max_cells=2048), progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(smollm2_gguf):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.set_num_threads(2)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        smollm2_gguf.parent, gguf_file=smollm2_gguf.name, dtype=torch.float32,
+        attn_implementation="eager")
+    return model.eval()

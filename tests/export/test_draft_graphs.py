@@ -1,0 +1,242 @@
+"""The DFlash draft graphs on ORT CPU against the torch reference (tests/reference/dflash_ref.py).
+
+A tiny z-lab-layout draft (hidden 64, 2 layers, block 4, taps of a 4-layer target, vocab 256) is
+written to disk, exported with the target's embedding and LM head in the shared WeightStore, then
+`draft_context` fills a numpy cell pool and `draft_block` reads it, for one owner and for two
+owners packed into one call.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from safetensors.numpy import save_file  # noqa: E402 (after the torch skip)
+
+from cellspec import artifact  # noqa: E402
+from cellspec.errors import InvalidCheckpoint  # noqa: E402
+from cellspec.export.arch import read_hparams  # noqa: E402
+from cellspec.export.draft import BLOCK_GRAPH, CONTEXT_GRAPH, export_draft  # noqa: E402
+from cellspec.export.target import EMBED_WEIGHT, LM_HEAD_WEIGHT  # noqa: E402
+from cellspec.export.weights import WeightStore  # noqa: E402
+from tests.reference.dflash_ref import DFlashDraftRef, draft_logits, make_config  # noqa: E402
+
+VOCAB, HIDDEN, MAX_CELLS, MASK = 256, 64, 48, 255
+TARGET_CONFIG: dict[str, Any] = dict(
+    architectures=["Qwen3ForCausalLM"], vocab_size=VOCAB, hidden_size=HIDDEN,
+    intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    num_hidden_layers=4, rms_norm_eps=1e-6, max_position_embeddings=128)
+DRAFT_CONFIG: dict[str, Any] = dict(
+    architectures=["DFlashDraftModel"], vocab_size=VOCAB, hidden_size=HIDDEN,
+    intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    num_hidden_layers=2, rms_norm_eps=1e-6, max_position_embeddings=128, hidden_act="silu",
+    rope_parameters=dict(rope_type="default", rope_theta=10000.0), block_size=4,
+    num_target_layers=4, dflash_config=dict(mask_token_id=MASK, target_layer_ids=[1, 2]))
+NUM_TAPS = 2
+
+
+def make_reference(seed: int = 0) -> DFlashDraftRef:
+    """The reference draft with weights redrawn off HF's init so norms and attention matter."""
+    torch.manual_seed(seed)
+    model = DFlashDraftRef(make_config(DRAFT_CONFIG), NUM_TAPS)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            scale = 0.2 if "norm" in name else 0.15
+            param.copy_((1.0 if "norm" in name else 0.0) + scale * torch.randn_like(param))
+    return model.float().eval()
+
+
+def write_draft(folder: Path, config: dict[str, Any], tensors: dict[str, np.ndarray]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(tensors, str(folder / "model.safetensors"))
+    return folder
+
+
+def reference_tensors(model: DFlashDraftRef, prefix: str = "") -> dict[str, np.ndarray]:
+    return {prefix + k: v.numpy().copy() for k, v in model.state_dict().items()
+            if "rotary" not in k}
+
+
+def export_to(folder: Path, config: dict[str, Any], tensors: dict[str, np.ndarray],
+              target_config: dict[str, Any] | None = None,
+              target_weights: tuple[np.ndarray, np.ndarray] | None = None):
+    """Write the draft, export it next to a stand-in target (embedding + LM head in the store)."""
+    draft_dir = write_draft(folder / "draft", config, tensors)
+    out = folder / "artifact"
+    out.mkdir()
+    target = read_hparams(target_config or TARGET_CONFIG)
+    embed, head = target_weights or (np.zeros((VOCAB, HIDDEN), np.float32),) * 2
+    with WeightStore(out) as store:
+        store.add(EMBED_WEIGHT, embed)
+        store.add(LM_HEAD_WEIGHT, head)
+        method, geometry = export_draft(draft_dir, target, store, out, max_cells=MAX_CELLS)
+    return out, method, geometry
+
+
+class Draft:
+    """The exported draft on ORT CPU with a numpy cell pool."""
+
+    def __init__(self, out: Path, num_layers: int, kv_heads: int, head_dim: int) -> None:
+        def session(name: str) -> ort.InferenceSession:
+            return ort.InferenceSession(str(out / name), providers=["CPUExecutionProvider"])
+
+        self.context, self.block = session(CONTEXT_GRAPH), session(BLOCK_GRAPH)
+        self.num_layers = num_layers
+        shape = (MAX_CELLS, kv_heads, head_dim)
+        self.k_pool = [np.zeros(shape, np.float32) for _ in range(num_layers)]
+        self.v_pool = [np.zeros(shape, np.float32) for _ in range(num_layers)]
+
+    def commit(self, taps: np.ndarray, positions: np.ndarray, cells: np.ndarray) -> None:
+        names = [o.name for o in self.context.get_outputs()]
+        outputs = dict(zip(names, self.context.run(None, {
+            artifact.HIDDEN: taps, artifact.POSITIONS: positions}), strict=True))
+        for i in range(self.num_layers):
+            self.k_pool[i][cells] = outputs[artifact.k_new(i)]
+            self.v_pool[i][cells] = outputs[artifact.v_new(i)]
+
+    def run_block(self, tokens: np.ndarray, positions: np.ndarray, cells_read: np.ndarray,
+                  bias: np.ndarray) -> np.ndarray:
+        feeds = {artifact.TOKENS: tokens, artifact.POSITIONS: positions,
+                 artifact.CELLS_READ: cells_read, artifact.ATTN_BIAS: bias}
+        for i in range(self.num_layers):
+            feeds[artifact.k_pool(i)], feeds[artifact.v_pool(i)] = self.k_pool[i], self.v_pool[i]
+        return self.block.run([artifact.LOGITS], feeds)[0]
+
+
+@pytest.fixture
+def setup(tmp_path):
+    rng = np.random.default_rng(0)
+    model = make_reference()
+    embed = rng.normal(size=(VOCAB, HIDDEN)).astype(np.float32)
+    head = (0.3 * rng.normal(size=(VOCAB, HIDDEN))).astype(np.float32)
+    out, method, geometry = export_to(tmp_path, DRAFT_CONFIG, reference_tensors(model),
+                                      target_weights=(embed, head))
+    draft = Draft(out, method.num_layers, geometry[0].kv_heads, geometry[0].head_dim)
+    return model, draft, embed, head, method, rng
+
+
+def reference(model, embed, head, taps, tokens, positions) -> np.ndarray:
+    t = torch.from_numpy
+    return draft_logits(model, t(embed), t(head), t(taps), t(tokens), t(positions)).numpy()
+
+
+def rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def test_method_and_geometry(setup):
+    _, draft, _, _, method, _ = setup
+    assert method == artifact.DraftMethod(CONTEXT_GRAPH, BLOCK_GRAPH, 4, (1, 2), MASK, 4, 2)
+    assert [i.name for i in draft.context.get_inputs()] == [artifact.HIDDEN, artifact.POSITIONS]
+    assert [o.name for o in draft.context.get_outputs()] == [
+        "k_new.0", "v_new.0", "k_new.1", "v_new.1"]
+    assert [i.name for i in draft.block.get_inputs()] == [
+        "tokens", "positions", "cells_read", "attn_bias", "k_pool.0", "v_pool.0", "k_pool.1",
+        "v_pool.1"]
+    assert [o.name for o in draft.block.get_outputs()] == [artifact.LOGITS]
+
+
+def test_one_owner_matches_reference(setup):
+    model, draft, embed, head, method, rng = setup
+    context, block = 7, method.block_size
+    taps = rng.normal(size=(context, NUM_TAPS * HIDDEN)).astype(np.float32)
+    cells = rng.permutation(np.arange(1, MAX_CELLS))[:context + 3]
+    draft.commit(taps, np.arange(context), cells[:context])
+    # three more cells in cells_read that the block must not see (stale keys)
+    draft.commit(rng.normal(size=(3, NUM_TAPS * HIDDEN)).astype(np.float32), np.arange(3),
+                 cells[context:])
+    tokens = np.array([[17, MASK, MASK, MASK]])
+    positions = np.arange(context, context + block)
+    bias = np.zeros((block, len(cells) + block), np.float32)
+    bias[:, context:len(cells)] = -np.inf
+    logits = draft.run_block(tokens, positions, cells, bias)
+    want = reference(model, embed, head, taps, tokens[0], np.arange(context + block))
+    assert logits.shape == (block, VOCAB) and logits.dtype == np.float32
+    assert rel_err(logits, want) < 1e-4
+
+
+def test_two_owners_in_one_block_call(setup):
+    """Owner a: 5 context rows drained in two draft_context calls; owner b: 9 rows in one. Their
+    cells interleave in cells_read; attn_bias keeps each block to its owner."""
+    model, draft, embed, head, method, rng = setup
+    block, sizes = method.block_size, (5, 9)
+    taps = [rng.normal(size=(n, NUM_TAPS * HIDDEN)).astype(np.float32) for n in sizes]
+    cells = rng.permutation(np.arange(1, MAX_CELLS))[:sum(sizes)]
+    owned = [cells[:sizes[0]], cells[sizes[0]:]]
+    draft.commit(taps[0][:3], np.arange(3), owned[0][:3])
+    draft.commit(taps[0][3:], np.arange(3, 5), owned[0][3:])
+    draft.commit(taps[1], np.arange(9), owned[1])
+    cells_read = rng.permutation(cells)
+    tokens = np.array([[40, MASK, MASK, MASK], [MASK, MASK, MASK, MASK]])
+    positions = np.concatenate([np.arange(n, n + block) for n in sizes])
+    bias = np.full((2 * block, len(cells_read) + 2 * block), -np.inf, np.float32)
+    for o in range(2):
+        rows = slice(o * block, (o + 1) * block)
+        bias[rows, :len(cells_read)][:, np.isin(cells_read, owned[o])] = 0.0
+        bias[rows, len(cells_read) + o * block:len(cells_read) + (o + 1) * block] = 0.0
+    logits = draft.run_block(tokens, positions, cells_read, bias)
+    for o, n in enumerate(sizes):
+        want = reference(model, embed, head, taps[o], tokens[o], np.arange(n + block))
+        assert rel_err(logits[o * block:(o + 1) * block], want) < 1e-4
+
+
+def test_zlab_layout_variants(tmp_path):
+    """DFlash keys at the top level and a `model.` prefix on every tensor are accepted."""
+    config = {k: v for k, v in DRAFT_CONFIG.items() if k != "dflash_config"}
+    config.update(mask_token_id=3, target_layer_ids=[0, 3])
+    _, method, geometry = export_to(tmp_path, config, reference_tensors(make_reference(), "model."))
+    assert (method.mask_token_id, method.tap_layer_ids, method.block_size) == (3, (0, 3), 4)
+    assert geometry == (artifact.LayerCache(2, 16, 0),) * 2
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    config = copy.deepcopy(DRAFT_CONFIG)
+    for key, value in changes.items():
+        if key in ("mask_token_id", "target_layer_ids"):
+            config["dflash_config"][key] = value
+        else:
+            config[key] = value
+    return config
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (_with(architectures=["DFlash2DraftModel"]), "architectures"),
+    (_with(hidden_size=32, head_dim=8), "hidden_size"),
+    (_with(vocab_size=300), "vocab_size"),
+    (_with(target_layer_ids=[1, 4]), "target_layer_ids"),
+    (_with(target_layer_ids=[]), "target_layer_ids"),
+    (_with(mask_token_id=VOCAB), "mask_token_id"),
+    (_with(block_size=2), "block_size"),
+    (_with(num_target_layers=6), "num_target_layers"),
+    (_with(layer_types=["sliding_attention", "full_attention"]), "layer_types"),
+    (_with(output_multiplier=0.5), "output_multiplier"),
+    (_with(attention_bias=True), "attention_bias"),
+])
+def test_refuses_bad_config(tmp_path, config, field):
+    with pytest.raises(InvalidCheckpoint, match=field):
+        export_to(tmp_path, config, reference_tensors(make_reference()))
+
+
+def test_refuses_missing_and_misshapen_tensors(tmp_path):
+    tensors = reference_tensors(make_reference())
+    missing = {k: v for k, v in tensors.items() if k != "layers.1.mlp.up_proj.weight"}
+    with pytest.raises(InvalidCheckpoint, match=r"layers\.1\.mlp\.up_proj\.weight is missing"):
+        export_to(tmp_path / "a", DRAFT_CONFIG, missing)
+    misshapen = {**tensors, "hidden_norm.weight": np.ones(32, np.float32)}
+    with pytest.raises(InvalidCheckpoint, match=r"hidden_norm\.weight: shape \(32,\)"):
+        export_to(tmp_path / "b", DRAFT_CONFIG, misshapen)
+
+
+def test_refuses_target_of_other_width(tmp_path):
+    target = {**TARGET_CONFIG, "hidden_size": 128, "head_dim": 32}
+    with pytest.raises(InvalidCheckpoint, match="hidden_size"):
+        export_to(tmp_path, DRAFT_CONFIG, reference_tensors(make_reference()), target)

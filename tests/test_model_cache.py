@@ -1,0 +1,98 @@
+"""LLM(checkpoint): exported once into the cache; an interrupted export leaves nothing trusted."""
+
+import os
+
+import pytest
+
+import cellspec.export
+from cellspec.errors import InvalidArgument, InvalidCheckpoint
+from cellspec.export import ExportConfig
+from cellspec.llm import LLM, SamplingParams
+from cellspec.model_cache import cache_folder, resolve_model
+from tests.tiny_chat import save_checkpoint, tiny_chat_artifact
+
+SMALL = ExportConfig(static_widths=(1, 2, 4), dynamic_width=8, max_context=64, max_cells=256)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_checkpoint(tmp_path_factory.mktemp("checkpoint") / "tiny")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CELLSPEC_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def exports(monkeypatch):
+    """Counts calls of the exporter."""
+    calls, export = [], cellspec.export.export
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return export(*args, **kwargs)
+
+    monkeypatch.setattr(cellspec.export, "export", counted)
+    return calls
+
+
+def test_a_checkpoint_is_exported_once(checkpoint, cache, exports):
+    first = LLM(checkpoint, export_config=SMALL, max_sessions=2)
+    second = LLM(checkpoint, export_config=SMALL, max_sessions=2)
+    assert len(exports) == 1 and first.folder == second.folder
+    assert first.folder.parent == cache and first.folder.name.startswith("tiny-")
+    assert [p.name for p in cache.iterdir()] == [first.folder.name]  # no temporary left
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    assert first.generate("hi", params)[0].token_ids == second.generate("hi", params)[0].token_ids
+    other = resolve_model(checkpoint, ExportConfig(static_widths=(1, 2), dynamic_width=8,
+                                                   max_context=64, max_cells=256), progress=False)
+    assert other != first.folder and len(exports) == 2
+
+
+def test_an_edited_checkpoint_is_exported_again(tmp_path, cache):
+    folder = save_checkpoint(tmp_path / "edited")
+    before = cache_folder(folder, SMALL)
+    stat = (folder / "model.safetensors").stat()
+    os.utime(folder / "model.safetensors", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert cache_folder(folder, SMALL) != before
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, InvalidCheckpoint])
+def test_an_interrupted_export_leaves_nothing(checkpoint, cache, monkeypatch, interrupt):
+    def fail_midway(checkpoint, out, config, progress=True):
+        (out / "target.onnx").write_bytes(b"half a graph")
+        raise interrupt("stopped")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cellspec.export, "export", fail_midway)
+        with pytest.raises(interrupt):
+            LLM(checkpoint, export_config=SMALL)
+    assert list(cache.iterdir()) == []
+    assert LLM(checkpoint, export_config=SMALL, max_sessions=2).folder.is_dir()
+
+
+def test_unknown_models_are_refused(tmp_path, tmp_path_factory):
+    with pytest.raises(InvalidArgument, match="not an artifact folder"):
+        LLM(tmp_path / "missing")
+    with pytest.raises(InvalidArgument, match="takes no export_config"):
+        LLM(tiny_chat_artifact(tmp_path_factory), export_config=SMALL)
+    with pytest.raises(InvalidArgument, match="chat 'yes'"):
+        LLM(tiny_chat_artifact(tmp_path_factory), chat="yes")
+
+
+@pytest.mark.slow
+def test_the_bundled_model_answers(tmp_path, monkeypatch):
+    """The README's first command: the default model, exported on first use."""
+    from cellspec.export.gguf import find_bundled_gguf
+
+    try:
+        find_bundled_gguf()
+    except InvalidCheckpoint as error:
+        pytest.skip(str(error))
+    if not os.environ.get("CELLSPEC_CACHE"):
+        monkeypatch.setenv("CELLSPEC_CACHE", str(tmp_path))
+    llm = LLM(max_sessions=2)
+    [out] = llm.generate("What is the capital of France?", SamplingParams(max_tokens=24))
+    assert "Paris" in out.text
