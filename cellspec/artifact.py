@@ -30,6 +30,9 @@ ATTN_BIAS_WINDOW = "attn_bias_window"  # as attn_bias, for sliding-window layers
 LOGITS = "logits"  # float32 [R, V]
 TAPS = "taps"  # [1, T, n_taps * hidden]
 HIDDEN = "hidden"  # draft_context input: [C, n_taps * hidden]
+PARAMS = "params"  # sample: [R, 4]; verify: [O, 3 + W] float32
+CANDIDATES = "candidates"  # verify inputs: [O, W] int64, anchor then proposals
+VERDICT = "verdict"  # verify output: [O, 2] int64, (accepted count, next token)
 
 
 def k_pool(layer: int) -> str:

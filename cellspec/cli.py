@@ -36,6 +36,10 @@ def int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def str_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from cellspec.export import ExportConfig, export
 
@@ -43,10 +47,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     config = ExportConfig(dtype=args.dtype, dynamic_width=args.dynamic_width,
                           max_context=args.max_context, max_cells=args.max_cells,
                           taps=args.taps, **widths)
-    manifest = export(args.checkpoint, args.out, config, progress=True, overwrite=args.overwrite)
+    if args.engines is None and args.compute_capabilities:
+        raise UsageError("--compute-capabilities needs --engines tensorrt-rtx")
+    manifest = export(args.checkpoint, args.out, config, progress=True, overwrite=args.overwrite,
+                      draft=args.draft)
     model = manifest.model
+    drafted = f", DFlash draft block {manifest.draft.block_size}" if manifest.draft else ""
     print(f"exported {model.name or args.checkpoint} ({model.architecture}, {model.num_layers} "
-          f"layers, vocab {model.vocab_size}, context {manifest.max_context}) to {args.out}")
+          f"layers, vocab {model.vocab_size}, context {manifest.max_context}{drafted}) "
+          f"to {args.out}")
+    if args.engines:
+        from cellspec.export.engines import build_artifact_engines
+
+        manifest = build_artifact_engines(args.out, list(args.compute_capabilities or
+                                                         ("sm80", "sm89")), progress=True)
+        print(f"built {len(manifest.engines)} TensorRT-RTX engines (not executed: see README)")
     return 0
 
 
@@ -57,7 +72,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, stop=tuple(args.stop), seed=args.seed)
     llm = LLM(args.model, backend=args.backend, max_sessions=args.max_sessions,
-              threads=args.threads, chat=False if args.no_chat else None)
+              threads=args.threads, chat=False if args.no_chat else None,
+              speculation=False if args.no_speculation else None, n_draft=args.n_draft)
     if len(prompts) == 1:
         for delta in llm.stream(prompts[0], params):
             sys.stdout.write(delta)
@@ -72,7 +88,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from cellspec.llm import LLM, SamplingParams
 
-    llm = LLM(args.model, backend=args.backend, max_sessions=max(args.batch), threads=args.threads)
+    llm = LLM(args.model, backend=args.backend, max_sessions=max(args.batch), threads=args.threads,
+              speculation=False if args.no_speculation else None, n_draft=args.n_draft)
     params = SamplingParams(max_tokens=args.tokens, ignore_eos=True, seed=0)
     llm.generate([BENCH_PROMPT], SamplingParams(max_tokens=2))  # warm-up
     for batch in args.batch:
@@ -82,6 +99,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         tokens = sum(len(o.token_ids) for o in outputs)
         print(f"batch {batch:3d}: {tokens} tokens in {seconds:.2f} s, {tokens / seconds:.1f} "
               "tokens/s")
+    stats = getattr(llm.executor, "stats", None)
+    if stats is not None:
+        print(f"DFlash: {stats.cycles} cycles, tau {stats.tau:.2f}, accepted "
+              f"{stats.accepted}/{stats.proposed} proposals, {stats.bonus} bonus tokens")
     return 0
 
 
@@ -107,6 +128,11 @@ def make_parser() -> Parser:
     export.add_argument("--max-cells", type=int)
     export.add_argument("--taps", type=int_list, default=(), help="tapped layer ids, e.g. 1,9")
     export.add_argument("--overwrite", action="store_true", help="replace an existing artifact")
+    export.add_argument("--draft", help="a DFlash draft checkpoint folder (z-lab format)")
+    export.add_argument("--engines", choices=["tensorrt-rtx"],
+                        help="also build TensorRT engines (needs cellspec[tensorrt])")
+    export.add_argument("--compute-capabilities", type=str_list,
+                        help="engine targets, e.g. sm80,sm89 (default: sm80,sm89)")
     export.set_defaults(run=cmd_export)
 
     generate = commands.add_parser("generate", help="generate text for prompts")
@@ -135,6 +161,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                                         "SmolLM2-135M-Instruct)")
     parser.add_argument("--backend", default="ort-cpu")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--no-speculation", action="store_true",
+                        help="plain decoding even when the artifact has a DFlash draft")
+    parser.add_argument("--n-draft", type=int, help="DFlash proposals per cycle")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,8 @@ from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArgument
 from cellspec.model_cache import resolve_model
 from cellspec.request import Request, RequestOutput, SamplingParams
+from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.draft import DraftModel
 from cellspec.runtime.executor import Executor
 from cellspec.scheduler import DEFAULT_MAX_PREFILL_TOKENS, Scheduler
 from cellspec.tokenizer import IncrementalDetokenizer, Tokenizer
@@ -28,17 +30,32 @@ __all__ = ["LLM", "RequestOutput", "SamplingParams"]
 class LLM:
     """A model ready to generate. `model`: an artifact folder, a checkpoint (HF folder or .gguf,
     exported once into the cache) or None for the bundled SmolLM2-135M-Instruct. `chat`: wrap
-    prompts in the chat template (default: when the model has one)."""
+    prompts in the chat template (default: when the model has one). `speculation`: DFlash
+    speculate-verify cycles (default: when the artifact has a draft); the text is the same
+    either way. `n_draft`: proposals per cycle (default: block size - 1)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
                  export_config: ExportConfig | None = None, chat: bool | None = None,
-                 max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS) -> None:
+                 max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
+                 speculation: bool | None = None, n_draft: int | None = None) -> None:
         if chat is not None and not isinstance(chat, bool):
             raise InvalidArgument(f"chat {chat!r}: expected True, False or None")
+        if speculation is not None and not isinstance(speculation, bool):
+            raise InvalidArgument(f"speculation {speculation!r}: expected True, False or None")
         self.folder = resolve_model(model, export_config)
-        self.executor = Executor.load(self.folder, backend=backend, max_sessions=max_sessions,
-                                      max_session_tokens=max_session_tokens, threads=threads)
+        executor = Executor.load(self.folder, backend=backend, max_sessions=max_sessions,
+                                 max_session_tokens=max_session_tokens, threads=threads)
+        has_draft = executor.manifest.draft is not None
+        if speculation and not has_draft:
+            raise InvalidArgument(f"speculation=True, but {self.folder} has no draft "
+                                  "(export it with --draft)")
+        self.executor: Executor | DFlashExecutor = executor
+        if has_draft and speculation is not False:
+            draft = DraftModel(self.folder, executor.manifest, backend, threads)
+            self.executor = DFlashExecutor(executor, draft, None, n_draft)
+        elif n_draft is not None:
+            raise InvalidArgument("n_draft is set, but speculation is off")
         self.tokenizer = Tokenizer.load(self.folder, self.executor.manifest)
         if chat and not self.tokenizer.has_chat_template:
             raise InvalidArgument(f"chat=True, but {self.folder} has no chat template")

@@ -51,6 +51,9 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class RequestOutput:
+    """token_ids: every sampled token, the eos that ended the request included; text: their
+    decoding without special tokens, cut before a stop string."""
+
     prompt: str
     prompt_token_ids: tuple[int, ...]
     text: str

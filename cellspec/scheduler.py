@@ -13,6 +13,7 @@ from collections.abc import Collection
 
 from cellspec.errors import InvalidArgument
 from cellspec.request import Request
+from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput
 
@@ -20,7 +21,7 @@ DEFAULT_MAX_PREFILL_TOKENS = 256
 
 
 class Scheduler:
-    def __init__(self, executor: Executor, eos_token_ids: Collection[int],
+    def __init__(self, executor: Executor | DFlashExecutor, eos_token_ids: Collection[int],
                  max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS) -> None:
         if isinstance(max_prefill_tokens, bool) or not isinstance(max_prefill_tokens, int) \
                 or max_prefill_tokens < 1:
@@ -84,8 +85,7 @@ class Scheduler:
                 request.sid = None
 
     def _admit(self) -> None:
-        sessions = self.executor.sessions
-        while self.waiting and sessions.can_open():
+        while self.waiting and self.executor.can_open_session():
             request = self.waiting[0]
             sid = self.executor.open_session()
             try:
@@ -96,8 +96,8 @@ class Scheduler:
             request.sid = sid
             self.running.append(self.waiting.popleft())
         if not self.running:
-            raise InvalidArgument(f"all {sessions.max_sessions} sessions are in use (is another "
-                                  "stream still open?)")
+            raise InvalidArgument(f"all {self.executor.max_sessions} sessions are in use (is "
+                                  "another stream still open?)")
 
     def _retire(self, request: Request) -> None:
         self.running.remove(request)

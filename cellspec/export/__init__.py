@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,9 @@ from cellspec.errors import InvalidArgument
 from cellspec.export.arch import Hparams, read_hparams
 from cellspec.export.checkpoint import Checkpoint, load_checkpoint
 from cellspec.export.config import ExportConfig
+from cellspec.export.draft import export_draft
+from cellspec.export.draft_checkpoint import DraftCheckpoint, load_draft
+from cellspec.export.sampler import write_sampler_graphs
 from cellspec.export.target import make_target_graph
 from cellspec.export.weights import WeightStore
 
@@ -23,29 +27,52 @@ __all__ = ["Checkpoint", "ExportConfig", "TARGET_GRAPH", "export", "load_checkpo
 
 def export(checkpoint: str | Path | Checkpoint, out: str | Path,
            config: ExportConfig | None = None, progress: bool = True, *,
-           overwrite: bool = False) -> Manifest:
+           overwrite: bool = False, draft: str | Path | None = None) -> Manifest:
     """Export a HF checkpoint folder, a `.gguf` file or a loaded Checkpoint into the artifact
-    folder `out`: target.onnx, weights.bin, tokenizer.json (when the checkpoint has one) and
-    manifest.json. `out` must be missing or empty; with `overwrite`, an existing artifact there is
-    replaced. Nothing is left in `out` when the export fails."""
+    folder `out`: target.onnx, weights.bin, tokenizer.json (when the checkpoint has one), the
+    sampler and verifier graphs and manifest.json. With `draft` (a z-lab DFlash checkpoint
+    folder), the target also returns the draft's taps, and draft_context.onnx/draft_block.onnx
+    borrow the target's embedding and LM head. `out` must be missing or empty; with
+    `overwrite`, an existing artifact there is replaced. Nothing is left in `out` when the
+    export fails."""
     config = config or ExportConfig()
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     hp = read_hparams(ckpt.config)
+    draft_ckpt = None if draft is None else load_draft(draft, hp)
+    config = _with_draft_taps(config, draft_ckpt)
     _check_against_model(config, hp)
     out = _prepare_folder(Path(out), overwrite)
     try:
         with WeightStore(out) as store:
             model = make_target_graph(hp, ckpt.tensors, store, config.dtype,
                                       config.resolved_max_cells, config.taps, progress)
+            drafted = None if draft_ckpt is None else export_draft(
+                draft_ckpt, hp, store, out, dtype=config.dtype,
+                max_cells=config.resolved_max_cells)
         onnx.save(model, str(out / TARGET_GRAPH))
         if ckpt.tokenizer_json is not None:
             (out / artifact.TOKENIZER_NAME).write_text(ckpt.tokenizer_json)
         manifest = make_manifest(ckpt, hp, config)
+        graphs = write_sampler_graphs(out, hp.vocab_size)
+        manifest = dataclasses.replace(manifest, graphs=graphs)
+        if drafted is not None:
+            manifest = dataclasses.replace(manifest, draft=drafted[0], draft_cache=drafted[1])
         manifest.save(out)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
     return manifest
+
+
+def _with_draft_taps(config: ExportConfig, draft: DraftCheckpoint | None) -> ExportConfig:
+    """The target must return exactly the draft's taps, in the draft's order."""
+    if draft is None:
+        return config
+    taps = draft.spec.tap_layer_ids
+    if config.taps and tuple(config.taps) != tuple(taps):
+        raise InvalidArgument(f"taps {list(config.taps)}: the draft reads layers {list(taps)}; "
+                              "leave --taps out when exporting a draft")
+    return dataclasses.replace(config, taps=tuple(taps))
 
 
 def make_manifest(ckpt: Checkpoint, hp: Hparams, config: ExportConfig) -> Manifest:

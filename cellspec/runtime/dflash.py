@@ -78,6 +78,29 @@ class DFlashExecutor:
 
     # -- sessions: the target executor's, plus draft state kept in step ---------------------
 
+    @property
+    def manifest(self):
+        return self.executor.manifest
+
+    @property
+    def cache(self):
+        return self.executor.cache
+
+    @property
+    def vocab_size(self) -> int:
+        return self.executor.vocab_size
+
+    @property
+    def max_sessions(self) -> int:
+        return self.executor.max_sessions
+
+    @property
+    def max_session_tokens(self) -> int:
+        return self.executor.max_session_tokens
+
+    def can_open_session(self) -> bool:
+        return self.executor.can_open_session()
+
     def open_session(self) -> int:
         sid = self.executor.open_session()
         self.states[sid] = DraftState()

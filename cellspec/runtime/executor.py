@@ -63,6 +63,13 @@ class Executor:
     def max_session_tokens(self) -> int:
         return self.sessions.max_session_tokens
 
+    @property
+    def max_sessions(self) -> int:
+        return self.sessions.max_sessions
+
+    def can_open_session(self) -> bool:
+        return self.sessions.can_open()
+
     def open_session(self) -> int:
         self.sessions.check_can_open()
         sid = self.sessions.open()

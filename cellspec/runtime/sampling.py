@@ -48,8 +48,10 @@ def sample_token(
     if 0 < top_k < order.size:
         order = order[:top_k]
     kept = scaled[order]
-    probs = np.exp(kept - kept[0])
-    probs /= probs.sum(dtype=np.float32)
+    # exp and its sum in float64, rounded to float32: the sample graph computes the same, so
+    # host and graph draws agree bit for bit (float32 exp differs by an ulp across libraries)
+    probs = np.exp((kept - kept[0]).astype(np.float64)).astype(np.float32)
+    probs /= np.float32(probs.sum(dtype=np.float64))
     exclusive = np.cumsum(probs, dtype=np.float32) - probs
     keep = exclusive < np.float32(top_p)
     keep[0] = True
