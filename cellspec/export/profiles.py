@@ -64,10 +64,20 @@ def make_profile(inputs: Mapping[str, Sequence[int | str]], ranges: Mapping[str,
     """One profile: each dynamic input's (min, opt, max) shapes from ranges over dim names."""
     profile: Profile = {}
     for name, dims in inputs.items():
-        per_dim = [_dim_range(d, ranges, name) for d in dims]
+        per_dim = [_dim_range(d, ranges, f"input {name}") for d in dims]
         mins, opts, maxs = (tuple(r[k] for r in per_dim) for k in range(3))
         profile[name] = (mins, opts, maxs)
     return profile
+
+
+def with_derived(ranges: Mapping[str, DimRange], derived: Mapping[str, str]
+                 ) -> dict[str, DimRange]:
+    """`ranges` plus the dims named in `derived`, each a sum or product of names before it:
+    with_derived({"N": (0, 8, 8), "T": (1, 4, 4)}, {"S": "N + T"})["S"] == (1, 12, 12)."""
+    result = dict(ranges)
+    for name, expression in derived.items():
+        result[name] = _dim_range(expression, result, f"dim {name}")
+    return result
 
 
 def make_graph_profiles(artifact_dir: str | Path, graph: str,
@@ -136,30 +146,31 @@ def _load_header(path: Path) -> onnx.ModelProto:
         raise InvalidArtifact(f"{path}: not a readable ONNX graph ({error})") from error
 
 
-def _dim_range(dim: int | str, ranges: Mapping[str, DimRange], name: str) -> DimRange:
+def _dim_range(dim: int | str, ranges: Mapping[str, DimRange], where: str) -> DimRange:
     if isinstance(dim, int):
         return (dim, dim, dim)
     try:
         tree = ast.parse(dim, mode="eval").body
     except SyntaxError as error:
-        raise InvalidArgument(f"input {name}: dim {dim!r} is not a name or sum") from error
-    low, mid, high = (_evaluate(tree, ranges, k, name, dim) for k in range(3))
+        raise InvalidArgument(f"{where}: dim {dim!r} is not a name or sum") from error
+    low, mid, high = (_evaluate(tree, ranges, k, where, dim) for k in range(3))
     return (low, mid, high)
 
 
-def _evaluate(node: ast.expr, ranges: Mapping[str, DimRange], k: int, name: str, dim: str) -> int:
+def _evaluate(node: ast.expr, ranges: Mapping[str, DimRange], k: int, where: str, dim: str
+              ) -> int:
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and node.value >= 0:
         return node.value
     if isinstance(node, ast.Name):
         if node.id not in ranges:
-            raise InvalidArgument(f"input {name}: dim {node.id!r} has no range "
+            raise InvalidArgument(f"{where}: dim {node.id!r} has no range "
                                   f"(given {sorted(ranges)})")
         return ranges[node.id][k]
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
-        left = _evaluate(node.left, ranges, k, name, dim)
-        right = _evaluate(node.right, ranges, k, name, dim)
+        left = _evaluate(node.left, ranges, k, where, dim)
+        right = _evaluate(node.right, ranges, k, where, dim)
         return left + right if isinstance(node.op, ast.Add) else left * right
-    raise InvalidArgument(f"input {name}: dim {dim!r} is not built of names, integers, + and *")
+    raise InvalidArgument(f"{where}: dim {dim!r} is not built of names, integers, + and *")
 
 
 def _check_shapes(where: str, shapes: tuple[Shape, Shape, Shape]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,11 @@ def build_engines(artifact_dir: str | Path, graphs: Sequence[GraphProfiles],
     builder = trt.Builder(logger)
     engines: list[Engine] = []
     partials: list[Path] = []
+    pairs = [(entry.graph, sm) for entry in graphs for sm, _ in targets] if progress else []
+    labels = iter(f"[{k}/{len(pairs)}] {graph} {sm}" for k, (graph, sm) in enumerate(pairs, 1))
     try:
         for entry in graphs:
-            engines += _build_graph(trt, builder, logger, folder, entry, targets, progress,
+            engines += _build_graph(trt, builder, logger, folder, entry, targets, labels,
                                     partials)
     except BaseException:
         for partial in partials:
@@ -96,8 +98,9 @@ def _capabilities(trt: Any, values: Sequence[str]) -> list[tuple[str, Any]]:
 
 
 def _build_graph(trt: Any, builder: Any, logger: Any, folder: Path, entry: GraphProfiles,
-                 targets: list[tuple[str, Any]], progress: bool, partials: list[Path]
+                 targets: list[tuple[str, Any]], labels: Iterator[str], partials: list[Path]
                  ) -> list[Engine]:
+    """labels: the progress bar's title of each engine in build order; none: no bar."""
     path = folder / entry.graph
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)  # owns the parsed weights: alive until built
@@ -109,7 +112,8 @@ def _build_graph(trt: Any, builder: Any, logger: Any, folder: Path, entry: Graph
         _check_profile(f"{entry.graph} profile {index}", profile, inputs)
     engines = []
     for sm, capability in targets:
-        plan = _build_one(trt, builder, logger, network, entry, sm, capability, progress)
+        desc = next(labels, None)
+        plan = _build_one(trt, builder, logger, network, entry, sm, capability, desc)
         target = path.with_name(f"{path.stem}.{sm}.plan")
         partial = target.with_name(target.name + ".partial")
         partials.append(partial)
@@ -120,9 +124,8 @@ def _build_graph(trt: Any, builder: Any, logger: Any, folder: Path, entry: Graph
 
 
 def _build_one(trt: Any, builder: Any, logger: Any, network: Any, entry: GraphProfiles,
-               sm: str, capability: Any, progress: bool) -> memoryview:
+               sm: str, capability: Any, desc: str | None) -> memoryview:
     profiles = list(enumerate(entry.profiles))
-    desc = f"{entry.graph} {sm}" if progress else None
     plan = _serialize(trt, builder, logger, network, entry.graph, profiles, capability, desc)
     if plan is not None:
         return memoryview(plan)

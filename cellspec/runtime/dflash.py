@@ -37,6 +37,7 @@ class DraftState:
 
 @dataclass
 class SpecStats:
+    rounds: int = 0  # speculate() calls; each runs one cycle for every owner in it
     cycles: int = 0
     proposed: int = 0
     accepted: int = 0
@@ -216,7 +217,8 @@ class DFlashExecutor:
             self.states[request.sid].pending = burst[-1]
             self._count(accepted)
             bursts.append(burst)
-        self.stats.seconds["cycle"] = self.stats.seconds.get("cycle", 0.0) + (
+        self.stats.rounds += 1
+        self.stats.seconds["round"] = self.stats.seconds.get("round", 0.0) + (
             time.perf_counter() - start)
         return bursts
 

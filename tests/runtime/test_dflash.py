@@ -85,3 +85,55 @@ def test_mismatched_draft_is_refused(tmp_path, change, field):
     with pytest.raises(InvalidCheckpoint, match=field):
         export(tmp_path / "target", tmp_path / "out", progress=False, draft=draft)
     assert not (tmp_path / "out").exists()
+
+
+def dflash_snapshot(spec):
+    states = {sid: (s.pending, [row.tobytes() for row in s.hidden])
+              for sid, s in spec.states.items()}
+    sessions = {sid: (s.sampling, s.seed, s.is_poisoned)
+                for sid, s in spec.executor.sessions.states.items()}
+    return spec.executor.cache.snapshot(), spec.draft.cache.snapshot(), states, sessions
+
+
+def test_rejected_batch_leaves_both_caches_unchanged(dflash_artifact):
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=3, max_session_tokens=40)
+    a, b = spec.open_session(), spec.open_session()
+    spec.set_sampling(a, SAMPLINGS["sampled"], seed=1)
+    spec_decode(spec, [a], [[5, 6, 7]], 6)  # a has a pending token and drained rows
+    pending = spec.states[a].pending
+    before = dflash_snapshot(spec)
+    bad = [
+        [BatchInput(a, (pending,), spec.pos(a)), BatchInput(b, (1,), 0)],  # b has no sampling
+        [BatchInput(a, (pending,), spec.pos(a) + 1)],  # past the frontier
+        [BatchInput(a, (pending,), spec.pos(a)), BatchInput(a, (1,), 0)],  # twice
+        [BatchInput(a, (256,), spec.pos(a))],  # outside the vocabulary
+        [BatchInput(a, (1,) * 41, 0)],  # past the budget
+        [BatchInput(9, (1,), 0)],  # unknown session
+    ]
+    for batch in bad:
+        with pytest.raises(InvalidArgument):
+            spec.execute(batch)
+        assert dflash_snapshot(spec) == before
+    spec.executor.cache.check()
+    spec.draft.cache.check()
+
+
+def test_engine_failure_mid_cycle_poisons(dflash_artifact, monkeypatch):
+    from cellspec.errors import ExecutionFailed
+
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=2)
+    a = spec.open_session()
+    spec.set_sampling(a, SAMPLINGS["greedy"])
+    spec_decode(spec, [a], [[5, 6, 7]], 3)
+
+    def broken(feeds, names):
+        raise ExecutionFailed("draft_block.onnx: ONNX Runtime run failed: injected")
+
+    monkeypatch.setattr(spec.draft.block, "run", broken)
+    with pytest.raises(ExecutionFailed, match="poisoned") as error:
+        spec.execute([BatchInput(a, (spec.states[a].pending,), spec.pos(a))])
+    assert error.value.poisoned == (a,)
+    with pytest.raises(InvalidArgument, match="poisoned"):
+        spec.execute([BatchInput(a, (1,), 0)])
+    spec.close_session(a)
+    assert spec.executor.cache.num_used == 0 and spec.draft.cache.num_used == 0

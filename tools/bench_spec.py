@@ -1,0 +1,92 @@
+"""Plain vs DFlash speculative decoding on one artifact, side by side in one run.
+
+Prints tokens/s for each, tau (tokens committed per cycle), proposals accepted per cycle, and the
+cost of one cycle (drain + draft + verify + commit) over the cost of one plain decode step.
+
+    python tools/bench_spec.py --artifact DIR [--batches 1,6] [--tokens 48]
+    python tools/bench_spec.py --random-draft   # SmolLM2 + a random draft: tau ~ 1, pure overhead
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = "Write a long story about a lighthouse keeper and the sea."
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--artifact", type=Path, help="an artifact with a DFlash draft")
+    parser.add_argument("--random-draft", action="store_true",
+                        help="export SmolLM2 with a random one-layer draft to out/")
+    parser.add_argument("--batches", default="1,6")
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    if (args.artifact is None) == (not args.random_draft):
+        parser.error("pass exactly one of --artifact and --random-draft")
+    return args
+
+
+def random_draft_artifact() -> Path:
+    out = ROOT / "out" / "smollm2-random-dflash"
+    if (out / "manifest.json").is_file():
+        return out
+    sys.path.insert(0, str(ROOT))
+    from cellspec.export import ExportConfig, export
+    from cellspec.export.gguf import find_bundled_gguf
+    from tests.reference.zlab_draft import write_random_draft
+
+    draft = write_random_draft(ROOT / "out" / "random-draft", hidden=576, vocab=49152,
+                               num_target_layers=30, taps=[1, 15, 28], block_size=4,
+                               heads=9, kv_heads=3, head_dim=64, intermediate=1536, scale=0.02)
+    export(find_bundled_gguf(), out, ExportConfig(max_context=1024, max_cells=8192), draft=draft)
+    return out
+
+
+def run(llm, batch: int, tokens: int) -> tuple[float, int, list]:
+    from cellspec.llm import SamplingParams
+
+    params = SamplingParams(max_tokens=tokens, ignore_eos=True, seed=0)
+    llm.generate([PROMPT] * batch, SamplingParams(max_tokens=2))  # warm-up
+    start = time.perf_counter()
+    outputs = llm.generate([PROMPT] * batch, params)
+    return time.perf_counter() - start, sum(len(o.token_ids) for o in outputs), outputs
+
+
+def main() -> None:
+    from cellspec.llm import LLM
+
+    args = parse_args()
+    folder = args.artifact or random_draft_artifact()
+    print(f"{folder}: {args.tokens} tokens per request, {args.threads} threads")
+    print(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'tau':>5} "
+          f"{'acc/cycle':>9} {'cycle/step':>10} {'same text':>9}")
+    for batch in [int(b) for b in args.batches.split(",")]:
+        plain = LLM(folder, max_sessions=batch, threads=args.threads, speculation=False)
+        seconds, count, expected = run(plain, batch, args.tokens)
+        step = plain.executor.target.stats
+        decode = step[f"static_{_width(plain, batch)}"]
+        step_seconds = decode.seconds / max(decode.calls, 1)
+        spec = LLM(folder, max_sessions=batch, threads=args.threads, speculation=True)
+        spec_seconds, spec_count, outputs = run(spec, batch, args.tokens)
+        stats = spec.executor.stats
+        cycle = stats.seconds.get("round", 0.0) / max(stats.rounds, 1)  # one cycle per owner
+        same = [o.token_ids for o in outputs] == [o.token_ids for o in expected]
+        print(f"{batch:>5} {count / seconds:>12.1f} {spec_count / spec_seconds:>11.1f} "
+              f"{seconds / spec_seconds * spec_count / count:>8.2f} {stats.tau:>5.2f} "
+              f"{stats.accepted / max(stats.cycles, 1):>9.2f} {cycle / step_seconds:>10.2f} "
+              f"{str(same):>9}")
+
+
+def _width(llm, batch: int) -> int:
+    """The static width a decode step of `batch` tokens runs at."""
+    return min(w for w in llm.manifest.target.static_widths if w >= batch)
+
+
+if __name__ == "__main__":
+    main()
