@@ -69,9 +69,9 @@ def main() -> None:
     for batch in [int(b) for b in args.batches.split(",")]:
         plain = LLM(folder, max_sessions=batch, threads=args.threads, speculation=False)
         seconds, count, expected = run(plain, batch, args.tokens)
-        step = plain.executor.target.stats
-        decode = step[f"static_{_width(plain, batch)}"]
-        step_seconds = decode.seconds / max(decode.calls, 1)
+        # the decode step: the method the plain run called most
+        decode = max(plain.executor.target.stats.values(), key=lambda s: s.calls)
+        step_seconds = decode.seconds / decode.calls
         spec = LLM(folder, max_sessions=batch, threads=args.threads, speculation=True)
         spec_seconds, spec_count, outputs = run(spec, batch, args.tokens)
         stats = spec.executor.stats
@@ -81,11 +81,15 @@ def main() -> None:
               f"{seconds / spec_seconds * spec_count / count:>8.2f} {stats.tau:>5.2f} "
               f"{stats.accepted / max(stats.cycles, 1):>9.2f} {cycle / step_seconds:>10.2f} "
               f"{str(same):>9}")
+        print_breakdown(spec, step_seconds)
 
 
-def _width(llm, batch: int) -> int:
-    """The static width a decode step of `batch` tokens runs at."""
-    return min(w for w in llm.manifest.target.static_widths if w >= batch)
+def print_breakdown(spec, step_seconds: float) -> None:
+    """Milliseconds per round (one cycle of every owner) for each method, and per plain step."""
+    rounds = max(spec.executor.stats.rounds, 1)
+    methods = {**spec.executor.draft.stats, **spec.executor.executor.target.stats}
+    parts = ", ".join(f"{name} {1e3 * s.seconds / rounds:.1f}" for name, s in methods.items())
+    print(f"      ms per round: {parts}; plain step {1e3 * step_seconds:.1f}")
 
 
 if __name__ == "__main__":

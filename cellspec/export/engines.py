@@ -12,11 +12,14 @@ may name dims the graph lacks (the sampler's `argmax` reads only R of the step f
   W in [1, widest static width].
 - context, one set: C in [1, widest target step], the taps draft_context commits at once.
 
-The engine table of manifest.json is rewritten only once every engine has been built.
+`sample` and `verify` sort the whole vocabulary with one TopK, whose k TensorRT caps at 3840: for
+a larger vocabulary they get no engine unless asked for by name (the build then fails), and stay
+on ONNX Runtime. The engine table of manifest.json is rewritten only once every engine is built.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Collection, Sequence
 from dataclasses import replace
@@ -33,12 +36,16 @@ from cellspec.export.profiles import (
 )
 from cellspec.export.tensorrt import build_engines
 
-__all__ = ["artifact_ranges", "build_artifact_engines", "engine_profiles"]
+__all__ = ["artifact_ranges", "build_artifact_engines", "engine_profiles",
+           "unbuildable_graphs"]
 
 Ranges = dict[str, DimRange]
 # The family of each sampler/verifier graph of `manifest.graphs`, by its name there.
 SAMPLER_FAMILIES = {"argmax": "step", "sample": "step", "verify_argmax": "owner",
                     "verify": "owner"}
+FULL_SORTS = ("sample", "verify")  # sampler graphs whose TopK has k = vocab_size
+TOPK_MAX = 3840  # TensorRT's largest TopK k (TensorRT-RTX 1.7: "K exceeds the maximum value")
+log = logging.getLogger(__name__)
 
 
 def build_artifact_engines(artifact_dir: str | Path, compute_capabilities: Sequence[str],
@@ -47,13 +54,19 @@ def build_artifact_engines(artifact_dir: str | Path, compute_capabilities: Seque
     """Build a TensorRT-RTX engine per graph of the artifact and compute capability ("sm80",
     "8.9", ...), record them in manifest.json and return the updated manifest.
 
-    graphs: the graph files to build (e.g. {"target.onnx"}); None = every graph. Engines already
-    in the manifest for other (graph, compute capability) pairs are kept. Raises `InvalidArtifact`
-    naming the graph, the profile and TensorRT's message when a graph does not parse or build;
-    then no engine is written and manifest.json is left as it was.
+    graphs: the graph files to build (e.g. {"target.onnx"}); None = every graph TensorRT can
+    build (`unbuildable_graphs` are left out, with a warning). Engines already in the manifest
+    for other (graph, compute capability) pairs are kept. Raises `InvalidArtifact` naming the
+    graph, the profile and TensorRT's message when a graph does not parse or build; then no
+    engine is written and manifest.json is left as it was.
     """
     folder = Path(artifact_dir)
     manifest = Manifest.load(folder)
+    if graphs is None:
+        left_out = unbuildable_graphs(manifest)
+        for graph, reason in left_out.items():
+            log.warning("%s: no TensorRT engine, it stays on ONNX Runtime: %s", graph, reason)
+        graphs = [g for g in artifact_ranges(manifest) if g not in left_out]
     built = build_engines(folder, engine_profiles(folder, manifest, graphs),
                           compute_capabilities, progress)
     rebuilt = {(e.graph, e.compute_capability) for e in built}
@@ -80,6 +93,15 @@ def engine_profiles(artifact_dir: str | Path, manifest: Manifest,
         except InvalidArgument as error:  # a dim the families do not bound: the graph's fault
             raise InvalidArtifact(f"{graph}: {error}") from error
     return profiles
+
+
+def unbuildable_graphs(manifest: Manifest) -> dict[str, str]:
+    """Graph file -> why TensorRT cannot build it, for the graphs known to fail."""
+    vocab = manifest.model.vocab_size
+    if vocab <= TOPK_MAX:
+        return {}
+    return {manifest.graphs[name]: f"its TopK sorts all {vocab} tokens, TensorRT takes at most "
+            f"{TOPK_MAX}" for name in FULL_SORTS if name in manifest.graphs}
 
 
 def artifact_ranges(manifest: Manifest) -> dict[str, list[Ranges]]:

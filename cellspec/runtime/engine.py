@@ -30,6 +30,9 @@ class TensorSpec:
 class OrtCpuEngine:
     """An ONNX Runtime CPU session over one graph of an artifact."""
 
+    # A static width buys nothing on the CPU (no CUDA graph to replay): slices run unpadded.
+    pads_to_static_widths = False
+
     def __init__(self, path: Path, threads: int | None = None) -> None:
         import onnxruntime as ort
 
@@ -39,6 +42,9 @@ class OrtCpuEngine:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads or os.cpu_count() or 1
         options.log_severity_level = 3
+        # Spinning pool threads keep a core busy after each run; with several sessions (target,
+        # draft) alternating on few cores they starve each other.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(
                 str(path), options, providers=["CPUExecutionProvider"]

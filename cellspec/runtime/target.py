@@ -67,14 +67,14 @@ class TargetModel:
         order = np.argsort(logit_indices, kind="stable")
         for piece in plan_slices(tokens.size, target.static_widths, target.dynamic_width):
             span = slice(piece.offset, piece.offset + piece.length)
-            pad = piece.width - piece.length
+            pad = piece.width - piece.length if self.engine.pads_to_static_widths else 0
             plan = self.cache.declare_step(
                 np.pad(seq_ids[span], (0, pad), constant_values=PAD_SEQ),
                 np.pad(positions[span], (0, pad)),
             )
             rows = logit_indices[order]
             rows = rows[(rows >= piece.offset) & (rows < piece.offset + piece.length)]
-            method = f"static_{piece.width}" if piece.is_static else "dynamic"
+            method = f"static_{piece.length + pad}" if piece.is_static else "dynamic"
             out = self._run(plan, np.pad(tokens[span], (0, pad)), rows - piece.offset, method)
             self._commit(plan, out)
             logits.append(out[names.LOGITS])

@@ -113,3 +113,24 @@ def test_rewind_then_redecode_reproduces(make_executor):
     assert executor.pos(sid) == len(prompt) + 1
     executor.close_session(sid)
     assert executor.cache.num_used == 0
+
+
+def test_padded_static_slices_write_only_the_scratch_cell(make_executor):
+    """As a GPU engine would: slices padded to their static width give the same tokens, and the
+    padding rows land in the scratch cell, which no session sees."""
+    texts = [[5, 6], [70, 8], [9]]  # 5 packed tokens pad to 8, then 3 per step pad to 4
+    unpadded = make_executor()
+    expected = [run_alone(unpadded, p, SAMPLED, seed=i, steps=6) for i, p in enumerate(texts)]
+    padded = make_executor()
+    padded.target.engine.pads_to_static_widths = True
+    scratch = padded.cache.scratch_cell
+    sids = [padded.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        padded.set_sampling(sid, SAMPLED, i)
+    outs = padded.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
+    assert np.any(padded.target.pools["k_pool.0"][scratch] != 0)
+    firsts = [o.token for o in outs]
+    rest = decode(padded, sids, firsts, 5)  # 3 tokens per step pad to width 4
+    assert [[f] + r for f, r in zip(firsts, rest)] == expected
+    assert all(scratch not in padded.cache.cells_of(s) for s in sids)
+    assert set(padded.target.stats) >= {"static_4"}
