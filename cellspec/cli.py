@@ -49,6 +49,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                           taps=args.taps, **widths)
     if args.engines is None and args.compute_capabilities:
         raise UsageError("--compute-capabilities needs --engines tensorrt-rtx")
+    capabilities = list(args.compute_capabilities or ("sm80", "sm89"))
+    if args.engines:
+        from cellspec.export.tensorrt import check_compute_capabilities
+
+        check_compute_capabilities(capabilities)
     manifest = export(args.checkpoint, args.out, config, progress=True, overwrite=args.overwrite,
                       draft=args.draft)
     model = manifest.model
@@ -59,8 +64,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.engines:
         from cellspec.export.engines import build_artifact_engines
 
-        manifest = build_artifact_engines(args.out, list(args.compute_capabilities or
-                                                         ("sm80", "sm89")), progress=True)
+        manifest = build_artifact_engines(args.out, capabilities, progress=True)
         print(f"built {len(manifest.engines)} TensorRT-RTX engines (not executed: see README)")
     return 0
 
@@ -180,4 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except (OSError, MemoryError) as error:  # a file, folder or allocation the system refused
+        print(f"cellspec: error: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_FAILED

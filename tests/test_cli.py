@@ -96,6 +96,9 @@ def test_bench_prints_tokens_per_second(artifact):
     (("export", "/no/such/checkpoint", "{tmp}/out"), "/no/such/checkpoint"),
     (("export", "{art}", "{tmp}/out", "--widths", "1,x"), "integers separated by commas"),
     (("export", "{art}", "{tmp}/out", "--dtype", "int3"), "dtype 'int3'"),
+    (("export", "{art}", "{tmp}/out", "--max-cells", 10**11), "max_cells 100000000000"),
+    (("generate", "x", "--threads", 0, "--model", "{art}"), "threads 0"),
+    (("generate", "x", "--temperature", "1e-40", "--model", "{art}"), "temperature 1e-40"),
 ])
 def test_bad_arguments_print_one_line_and_exit_2(artifact, tmp_path, args, message):
     args = [str(a).format(art=artifact, tmp=tmp_path) for a in args]
@@ -119,3 +122,16 @@ def test_an_engine_failure_exits_1(artifact, monkeypatch, capsys):
     monkeypatch.setattr(LLM, "generate", failed)
     assert cli.main(["generate", "x", "y", "--model", str(artifact)]) == 1
     assert capsys.readouterr().err == "cellspec: error: engine exploded\n"
+
+
+def test_a_refused_file_operation_is_one_line(checkpoint, tmp_path):
+    line = assert_one_line_error(cellspec("export", checkpoint, "/dev/null/out"), code=1)
+    assert "/dev/null/out" in line
+
+
+def test_compute_capabilities_are_checked_before_exporting(checkpoint, tmp_path):
+    out = tmp_path / "out"
+    line = assert_one_line_error(cellspec("export", checkpoint, out, "--engines", "tensorrt-rtx",
+                                          "--compute-capabilities", "sm90"))
+    assert "sm90" in line or "TensorRT for RTX" in line
+    assert not out.exists()

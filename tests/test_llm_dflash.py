@@ -1,7 +1,9 @@
 """The high-level API over a DFlash artifact: speculation on or off gives the same outputs."""
 
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from cellspec.errors import InvalidArgument
@@ -58,3 +60,36 @@ def test_speculation_switches_are_validated(chat_dflash_artifact, tmp_path_facto
         LLM(chat_dflash_artifact, speculation="yes")
     with pytest.raises(InvalidArgument, match="has no draft"):
         LLM(tiny_chat_artifact(tmp_path_factory), speculation=True)
+
+
+class Continuation:
+    """Proposes a known continuation (prompt + plain output, by position): every proposal that
+    plain decoding would make is accepted, so cycles emit bursts of n_draft + 1 tokens."""
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+    def propose(self, requests, n_draft):
+        rows = [list(self.tokens[r.position + 1: r.position + 1 + n_draft]) for r in requests]
+        return np.asarray([row + [0] * (n_draft - len(row)) for row in rows], dtype=np.int64)
+
+
+@pytest.mark.parametrize("params", [
+    *(SamplingParams(max_tokens=m, temperature=0.8, seed=3) for m in (1, 2, 5, 7, 30)),
+    *(SamplingParams(max_tokens=30, seed=1, stop=(s,)) for s in (" the", "e", "at")),
+], ids=lambda p: f"max{p.max_tokens}-stop{p.stop}")
+def test_bursts_stop_exactly_where_plain_decoding_stops(chat_dflash_artifact, params):
+    """A burst that runs past max_tokens, an eos or a stop string is cut exactly there."""
+    spec = LLM(chat_dflash_artifact, max_sessions=1)
+    plain = LLM(chat_dflash_artifact, max_sessions=1, speculation=False)
+    for prompt in PROMPTS[:3]:
+        expected = plain.generate([prompt], params)[0]
+        full = plain.generate([prompt], dataclasses.replace(params, max_tokens=50, stop=(),
+                                                             ignore_eos=True))[0]
+        spec.executor.proposer = Continuation(full.prompt_token_ids + full.token_ids)
+        got = spec.generate([prompt], params)[0]
+        assert (got.token_ids, got.text, got.finish_reason) == (
+            expected.token_ids, expected.text, expected.finish_reason)
+    stats = spec.executor.stats
+    assert stats.accepted > 0 or params.max_tokens <= 2
+    assert spec.executor.cache.num_used == 0

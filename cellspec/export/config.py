@@ -9,6 +9,7 @@ from cellspec.errors import InvalidArgument
 DTYPES = ("float32", "float16", "bfloat16")
 DEFAULT_MAX_CONTEXT = 4096
 DEFAULT_MAX_CELLS = 8192
+MAX_CELLS_LIMIT = 1 << 22  # 4M cells: beyond any context a host pool can hold
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,11 @@ class ExportConfig:
         if self.max_context is not None and not (_is_int(self.max_context)
                                                  and self.max_context > 0):
             raise InvalidArgument(f"max_context {self.max_context!r}: expected an integer > 0")
-        if not _is_int(self.resolved_max_cells) or self.resolved_max_cells <= self.max_step_width:
+        cells = self.resolved_max_cells
+        if not _is_int(cells) or not self.max_step_width < cells <= MAX_CELLS_LIMIT:
             raise InvalidArgument(
                 f"max_cells {self.max_cells!r}: expected an integer > the widest step "
-                f"({self.max_step_width})")
+                f"({self.max_step_width}) and <= {MAX_CELLS_LIMIT}")
         taps = tuple(self.taps)
         if not all(_is_int(t) and t >= 0 for t in taps) or len(set(taps)) != len(taps):
             raise InvalidArgument(f"taps {taps}: expected distinct layer ids >= 0")

@@ -84,6 +84,12 @@ def compute_capability_name(value: str) -> str:
     return f"sm{major}{minor or ''}"
 
 
+def check_compute_capabilities(values: Sequence[str]) -> list[str]:
+    """Refuse, before any work, capabilities this TensorRT for RTX cannot target (or no
+    TensorRT at all); returns their canonical names."""
+    return [name for name, _ in _capabilities(import_tensorrt(), values)]
+
+
 def _capabilities(trt: Any, values: Sequence[str]) -> list[tuple[str, Any]]:
     supported = {name.lower(): member for name, member in trt.ComputeCapability.__members__.items()
                  if name.startswith("SM")}

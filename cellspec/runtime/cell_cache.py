@@ -33,6 +33,7 @@ class StepPlan:
     attn_bias: np.ndarray  # [T, N + T] float32, 0 or -inf over [cells_read ; step tokens]
     attn_bias_window: np.ndarray | None  # as attn_bias, for sliding-window layers
     version: int  # the cache version the plan was made against
+    writes: bool = True  # False: a read-only step (a DFlash block), never committed
 
 
 class CellCache:
@@ -114,11 +115,14 @@ class CellCache:
     # -- steps -----------------------------------------------------------------------------
 
     def declare_step(
-        self, seq_ids: np.ndarray, positions: np.ndarray, causal: bool = True
+        self, seq_ids: np.ndarray, positions: np.ndarray, causal: bool = True,
+        writes: bool = True,
     ) -> StepPlan:
         """Plan a step without changing anything. Each sequence's tokens must continue it:
         their positions are pos(seq), pos(seq)+1, ... in order. PAD_SEQ rows pad the step.
-        Not causal: a token sees every token of its sequence in the step (a DFlash block)."""
+        Not causal: a token sees every token of its sequence in the step (a DFlash block).
+        Not writing: every token's keys/values go to the scratch cell and the plan cannot be
+        committed, so the step needs no free cells."""
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         positions = np.asarray(positions, dtype=np.int64)
         if seq_ids.shape != positions.shape or seq_ids.ndim != 1 or seq_ids.size == 0:
@@ -133,19 +137,23 @@ class CellCache:
                 raise InvalidArgument(
                     f"seq {seq}: step positions {mine.tolist()} do not continue from "
                     f"{self.pos(seq)}")
-        num_real = int(np.count_nonzero(~is_pad))
-        free = np.flatnonzero(self.cell_refs[: self.scratch_cell] == 0)
-        if free.size < num_real:
-            raise InvalidArgument(f"step needs {num_real} cells, {free.size} are free")
         cells = np.full(seq_ids.size, self.scratch_cell, dtype=np.int64)
-        cells[~is_pad] = free[:num_real]
+        if writes:
+            num_real = int(np.count_nonzero(~is_pad))
+            free = np.flatnonzero(self.cell_refs[: self.scratch_cell] == 0)
+            if free.size < num_real:
+                raise InvalidArgument(f"step needs {num_real} cells, {free.size} are free")
+            cells[~is_pad] = free[:num_real]
         read = [self.seq_cells[seq] for seq in real_seqs]
         cells_read = np.unique(np.concatenate(read)) if read else np.zeros(0, np.int64)
         bias, bias_window = self._make_bias(seq_ids, positions, cells_read, causal)
-        return StepPlan(seq_ids, positions, cells, cells_read, bias, bias_window, self.version)
+        return StepPlan(seq_ids, positions, cells, cells_read, bias, bias_window, self.version,
+                        writes)
 
     def commit_step(self, plan: StepPlan) -> None:
         """Apply a plan made against the current version: its tokens' cells become theirs."""
+        if not plan.writes:
+            raise InvalidArgument("a read-only step cannot be committed")
         if plan.version != self.version:
             raise InvalidArgument(
                 f"step planned at version {plan.version}, cache is at {self.version}")

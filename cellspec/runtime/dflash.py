@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from cellspec.errors import ExecutionFailed, InvalidArgument
+from cellspec.errors import InvalidArgument
 from cellspec.runtime.draft import DraftModel, ProposalRequest
 from cellspec.runtime.executor import Executor
 from cellspec.runtime.sampling import accept_count
@@ -159,7 +159,7 @@ class DFlashExecutor:
             if fast:
                 for i, burst in zip(fast, self.speculate([batch[i] for i in fast])):
                     outputs[i] = Output(batch[i].sid, burst)
-        except ExecutionFailed as error:
+        except Exception as error:  # the caches changed: whatever failed, the batch is poisoned
             raise self.executor.poison([item.sid for item in batch], error) from error
         return outputs
 
@@ -175,7 +175,7 @@ class DFlashExecutor:
             if item.position < self.executor.pos(item.sid):
                 self._trim(item.sid, item.position)
         step = self.executor.pack(items)
-        result = self.executor.run_packed(step, [i.sid for i in items], items)
+        result = self.executor.run_packed(step, items)
         offset = 0
         for item in items:
             self._keep_hidden(item.sid, result.taps, offset, len(item.tokens))

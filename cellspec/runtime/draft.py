@@ -19,7 +19,7 @@ from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.runtime.cell_cache import CellCache
 from cellspec.runtime.engine import load_engine
-from cellspec.runtime.target import MethodStats
+from cellspec.runtime.target import MethodStats, make_pools
 
 
 @dataclass(frozen=True)
@@ -36,18 +36,21 @@ class DraftModel:
         self.context = load_engine(folder / self.method.context_graph, backend, threads)
         self.block = load_engine(folder / self.method.block_graph, backend, threads)
         self.layers = range(self.method.num_layers)
+        self.max_context_rows = manifest.max_step_width
         _check_draft_graphs(manifest, self.context.outputs, self.block.inputs)
         self.cache = CellCache(manifest.max_cells)
-        dtype = self.block.inputs[names.k_pool(0)].dtype
-        self.pools = {
-            name(i): np.zeros((manifest.max_cells, c.kv_heads, c.head_dim), dtype=dtype)
-            for i, c in enumerate(manifest.draft_cache)
-            for name in (names.k_pool, names.v_pool)
-        }
+        self.pools = make_pools(manifest.max_cells, manifest.draft_cache,
+                                self.block.inputs[names.k_pool(0)].dtype)
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
 
     def drain(self, seq_ids: np.ndarray, hidden: np.ndarray, positions: np.ndarray) -> None:
-        """Commit context keys/values of hidden [C, n_taps * hidden] rows at positions [C]."""
+        """Commit context keys/values of hidden [C, n_taps * hidden] rows at positions [C], in
+        calls of at most `max_context_rows` rows."""
+        for start in range(0, len(seq_ids), self.max_context_rows):
+            rows = slice(start, start + self.max_context_rows)
+            self._drain_chunk(seq_ids[rows], hidden[rows], positions[rows])
+
+    def _drain_chunk(self, seq_ids: np.ndarray, hidden: np.ndarray, positions: np.ndarray):
         plan = self.cache.declare_step(seq_ids, positions)
         out = self._run(self.context, "draft_context", len(seq_ids),
                         {names.HIDDEN: hidden, names.POSITIONS: positions},
@@ -69,9 +72,9 @@ class DraftModel:
         tokens[:, 0] = [r.anchor for r in requests]
         seq_ids = np.repeat([r.sid for r in requests], block)
         positions = np.concatenate([np.arange(r.position, r.position + block) for r in requests])
-        # Each block sees its owner's context cells and, bidirectionally, itself; nothing is
-        # committed, so the cells the plan assigns are never written.
-        plan = self.cache.declare_step(seq_ids, positions, causal=False)
+        # Each block sees its owner's context cells and, bidirectionally, itself; its keys and
+        # values are never committed, so the plan takes no cells.
+        plan = self.cache.declare_step(seq_ids, positions, causal=False, writes=False)
         feeds = {names.TOKENS: tokens, names.POSITIONS: positions,
                  names.CELLS_READ: plan.cells_read, names.ATTN_BIAS: plan.attn_bias, **self.pools}
         out = self._run(self.block, f"draft_block_{len(requests)}", len(requests), feeds,

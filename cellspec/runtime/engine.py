@@ -63,6 +63,23 @@ class OrtCpuEngine:
         return dict(zip(names, values))
 
 
+MAX_THREADS = 256
+
+
+def check_backend(backend: str, dtype: str, threads: int | None) -> None:
+    """Refuse, before anything loads, a backend, dtype or thread count that cannot run."""
+    if backend not in BACKENDS:
+        raise InvalidArgument(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if dtype == "bfloat16":
+        raise InvalidArgument("backend ort-cpu runs float32 and float16 artifacts; this one is "
+                              "bfloat16 (ONNX Runtime has no bfloat16 CPU kernels): export "
+                              "with --dtype float32 or float16")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 1 <= threads <= MAX_THREADS):
+        raise InvalidArgument(f"threads {threads!r}: expected an integer in 1..{MAX_THREADS} "
+                              "or None (all cores)")
+
+
 def load_engine(path: Path, backend: str, threads: int | None = None) -> OrtCpuEngine:
     if backend not in BACKENDS:
         raise InvalidArgument(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")

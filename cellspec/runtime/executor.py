@@ -16,6 +16,7 @@ import numpy as np
 
 from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument
+from cellspec.runtime.engine import check_backend
 from cellspec.runtime.sampling import positional_uniform, sample_token
 from cellspec.runtime.sessions import SessionTable
 from cellspec.runtime.target import ForwardResult, TargetModel
@@ -45,6 +46,7 @@ class Executor:
         """Load an artifact; 0 tokens = the largest budget every session can fill at once."""
         folder = Path(artifact)
         manifest = Manifest.load(folder)
+        check_backend(backend, manifest.model.dtype, threads)
         budget = check_limits(manifest, max_sessions, max_session_tokens)
         target = TargetModel(folder, manifest, backend, threads)
         return cls(folder, manifest, target, max_sessions, budget)
@@ -108,7 +110,10 @@ class Executor:
     def execute(self, batch: Sequence[BatchInput]) -> list[Output | None]:
         """Run one batch; outputs align with inputs (None where no output was asked)."""
         step = self.pack(batch)
-        result = self.run_packed(step, [b.sid for b in batch], batch)
+        try:
+            result = self.run_packed(step, batch)
+        except Exception as error:  # the cache changed: whatever failed, the batch is poisoned
+            raise self.poison([b.sid for b in batch], error) from error
         outputs: list[Output | None] = [None] * len(batch)
         for row, index in enumerate(step.output_inputs):
             sid = batch[index].sid
@@ -158,24 +163,22 @@ class Executor:
                 raise InvalidArgument(f"session {item.sid}: output requested with no sampling "
                                       "set (call set_sampling first)")
 
-    def run_packed(self, step: PackedStep, touched: list[int],
-                   batch: Sequence[BatchInput] = ()) -> ForwardResult:
-        """Mutate: rewind inputs that start before their frontier, then run the step."""
-        try:
-            for item in batch:
-                if item.position < self.cache.pos(item.sid):
-                    self.cache.rewind(item.sid, item.position)
-            return self.target.forward(step.seq_ids, step.tokens, step.positions,
-                                       step.logit_indices)
-        except ExecutionFailed as error:
-            raise self.poison(touched, error) from error
+    def run_packed(self, step: PackedStep, batch: Sequence[BatchInput]) -> ForwardResult:
+        """Mutate: rewind inputs that start before their frontier, then run the step. A failure
+        leaves the batch's sessions half-done: the caller poisons them."""
+        for item in batch:
+            if item.position < self.cache.pos(item.sid):
+                self.cache.rewind(item.sid, item.position)
+        return self.target.forward(step.seq_ids, step.tokens, step.positions, step.logit_indices)
 
     def poison(self, sids: list[int], error: Exception) -> ExecutionFailed:
+        """Mark `sids` unusable after `error` struck mid-mutation; the error to raise."""
+        sids = sorted(set(sids))
         for sid in sids:
             if sid in self.sessions:
                 self.sessions.states[sid].is_poisoned = True
-        return ExecutionFailed(f"{error}; sessions {sorted(set(sids))} are poisoned and must be "
-                               "closed", tuple(sorted(set(sids))))
+        return ExecutionFailed(f"{type(error).__name__}: {error}; sessions {sids} are poisoned "
+                               "and must be closed", tuple(sids))
 
     def sample(self, sid: int, logits: np.ndarray, position: int) -> int:
         """Draw the token that will sit at `position` from logits [V]."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from cellspec import artifact as names
 from cellspec.artifact import Manifest
-from cellspec.errors import InvalidArtifact
+from cellspec.errors import InvalidArgument, InvalidArtifact
 from cellspec.runtime.cell_cache import PAD_SEQ, CellCache, StepPlan
 from cellspec.runtime.engine import load_engine
 from cellspec.runtime.planner import plan_slices
@@ -42,12 +42,8 @@ class TargetModel:
         self.engine = load_engine(folder / manifest.target.graph, backend, threads)
         check_target_graph(manifest, self.engine.inputs, self.engine.outputs)
         self.cache = CellCache(manifest.max_cells, manifest.window)
-        pool_dtype = self.engine.inputs[names.k_pool(0)].dtype
-        self.pools = {
-            name(i): np.zeros((manifest.max_cells, c.kv_heads, c.head_dim), dtype=pool_dtype)
-            for i, c in enumerate(manifest.target_cache)
-            for name in (names.k_pool, names.v_pool)
-        }
+        self.pools = make_pools(manifest.max_cells, manifest.target_cache,
+                                self.engine.inputs[names.k_pool(0)].dtype)
         self.has_taps = bool(manifest.target.tap_layer_ids)
         self.output_names = [names.LOGITS] + [
             name(i) for i in range(manifest.model.num_layers) for name in (names.k_new, names.v_new)
@@ -114,6 +110,19 @@ class TargetModel:
             self.pools[names.k_pool(i)][plan.cells] = out[names.k_new(i)]
             self.pools[names.v_pool(i)][plan.cells] = out[names.v_new(i)]
         self.cache.commit_step(plan)
+
+
+def make_pools(max_cells: int, layers, dtype) -> dict[str, np.ndarray]:
+    """Zeroed key and value pools, [max_cells, kv_heads, head_dim] per layer."""
+    num_bytes = sum(2 * max_cells * c.kv_heads * c.head_dim for c in layers)
+    num_bytes *= np.dtype(dtype).itemsize
+    try:
+        return {name(i): np.zeros((max_cells, c.kv_heads, c.head_dim), dtype=dtype)
+                for i, c in enumerate(layers) for name in (names.k_pool, names.v_pool)}
+    except MemoryError as error:
+        raise InvalidArgument(f"the KV pools of {max_cells} cells need {num_bytes / 2**30:.1f} "
+                              "GiB, more than this host can allocate: export with a smaller "
+                              "--max-cells") from error
 
 
 def check_target_graph(manifest: Manifest, inputs: dict, outputs: dict) -> None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from cellspec.errors import InvalidArgument
 
+MIN_TEMPERATURE = 1e-4
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -20,6 +22,9 @@ class Sampling:
         t, p, k = self.temperature, self.top_p, self.top_k
         if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
             raise InvalidArgument(f"temperature {t!r}: expected a finite number >= 0")
+        if 0 < t < MIN_TEMPERATURE:  # logits / t would overflow float32
+            raise InvalidArgument(f"temperature {t!r}: expected 0 (greedy) or >= "
+                                  f"{MIN_TEMPERATURE}")
         if not isinstance(p, (int, float)) or math.isnan(p) or not 0.0 <= p <= 1.0:
             raise InvalidArgument(f"top_p {p!r}: expected a number in [0, 1]")
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:

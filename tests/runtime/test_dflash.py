@@ -1,6 +1,7 @@
 """DFlash with a real (random-weight) draft on a tiny random Qwen3 target: speculation on or off
 gives the same text, greedy and sampled, alone and batched, through clone and rewind."""
 
+import numpy as np
 import pytest
 
 from cellspec.errors import InvalidArgument, InvalidCheckpoint
@@ -133,7 +134,130 @@ def test_engine_failure_mid_cycle_poisons(dflash_artifact, monkeypatch):
     with pytest.raises(ExecutionFailed, match="poisoned") as error:
         spec.execute([BatchInput(a, (spec.states[a].pending,), spec.pos(a))])
     assert error.value.poisoned == (a,)
+    assert str(error.value).count("poisoned") == 1
     with pytest.raises(InvalidArgument, match="poisoned"):
         spec.execute([BatchInput(a, (1,), 0)])
     spec.close_session(a)
     assert spec.executor.cache.num_used == 0 and spec.draft.cache.num_used == 0
+
+
+def test_draft_blocks_need_no_free_cells(dflash_artifact):
+    """Every session fills its budget in a pool sized for exactly that: the draft's blocks
+    (never committed) must still run up to the last position the budget allows."""
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=5, n_draft=2)
+    budget = spec.max_session_tokens
+    assert 511 - 5 * budget < 4 * 4  # fewer spare cells than one call's blocks (4 owners x 4)
+    sids = [spec.open_session() for _ in range(5)]
+    for sid in sids:
+        spec.set_sampling(sid, SAMPLINGS["greedy"])
+    outs = spec.execute([BatchInput(s, tuple(range(3, 93)), 0) for s in sids])
+    pending = {o.sid: o.token for o in outs}
+    while all(spec.pos(s) < budget for s in sids):
+        for out in spec.execute([BatchInput(s, (pending[s],), spec.pos(s)) for s in sids]):
+            pending[out.sid] = out.tokens[-1]
+    assert [spec.pos(s) for s in sids] == [budget] * 5
+    assert spec.stats.cycles > 0
+    spec.draft.cache.check()
+
+
+class Truth:
+    """Proposes what plain decoding would draw next, with a random error: every acceptance
+    length from 0 to n_draft happens, through the real draft's drain and block calls."""
+
+    def __init__(self, spec, reference, histories, seeds, rng):
+        self.spec, self.reference, self.rng = spec, reference, rng
+        self.histories, self.seeds = histories, seeds
+
+    def propose(self, requests, n_draft):
+        rows = []
+        for r in requests:
+            rows.append(self.plain(self.histories[r.sid] + [r.anchor], self.seeds[r.sid],
+                                   n_draft))
+            error = int(self.rng.integers(0, n_draft + 2))
+            if error < n_draft:
+                rows[-1][error] = (rows[-1][error] + 1) % 250
+        self.spec.draft.propose(requests, n_draft)  # the real draft runs too
+        return np.asarray(rows, dtype=np.int64)
+
+    def plain(self, tokens, seed, count):
+        executor = self.reference.executor
+        sid = executor.open_session()
+        executor.set_sampling(sid, SAMPLINGS["sampled"], seed)
+        row = [executor.execute([BatchInput(sid, tuple(tokens), 0)])[0].token]
+        while len(row) < count:
+            row.append(executor.execute([BatchInput(sid, (row[-1],), executor.pos(sid))])[0]
+                       .token)
+        executor.close_session(sid)
+        return row
+
+
+def check_draft_state(spec, reference, sid, history):
+    """Both caches agree with the history, and the draft's keys equal a fresh replay's."""
+    assert spec.draft.cache.pos(sid) + len(spec.states[sid].hidden) == spec.pos(sid)
+    assert spec.pos(sid) == len(history)
+    if not history:
+        return
+    spec._drain([sid])
+    ref = reference.open_session()
+    reference.set_sampling(ref, SAMPLINGS["greedy"])
+    reference.execute([BatchInput(ref, tuple(history), 0, False)])
+    reference._drain([ref])
+    for name in ("k_pool.0", "v_pool.1"):
+        got = spec.draft.pools[name][spec.draft.cache.cells_of(sid)]
+        want = reference.draft.pools[name][reference.draft.cache.cells_of(ref)]
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    reference.close_session(ref)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_operations_keep_the_draft_in_step(dflash_artifact, seed):
+    rng = np.random.default_rng(seed)
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=5, max_session_tokens=80, n_draft=3)
+    reference = DFlashExecutor.load(dflash_artifact, max_sessions=2, max_session_tokens=80)
+    histories, seeds = {}, {}
+    spec.proposer = Truth(spec, reference, histories, seeds, rng)
+    for _ in range(90):
+        op = rng.choice(["open", "plain", "spec", "clone", "rewind", "close"],
+                        p=[0.08, 0.15, 0.6, 0.07, 0.07, 0.03])
+        if op == "open" or not histories:
+            if spec.can_open_session():
+                sid = spec.open_session()
+                seeds[sid] = int(rng.integers(100))
+                spec.set_sampling(sid, SAMPLINGS["sampled"], seeds[sid])
+                histories[sid] = []
+            continue
+        sid = int(rng.choice(list(histories)))
+        frontier = spec.pos(sid)
+        if op == "plain":
+            position, count = int(rng.integers(0, frontier + 1)), int(rng.integers(1, 6))
+            if position + count > 80:
+                continue
+            tokens = tuple(int(t) for t in rng.integers(3, 250, size=count))
+            spec.execute([BatchInput(sid, tokens, position, bool(rng.integers(2)))])
+            histories[sid] = histories[sid][:position] + list(tokens)
+        elif op == "spec":
+            pending = spec.states[sid].pending
+            if pending is None or frontier + 4 > 80:
+                continue
+            expected = spec.proposer.plain(histories[sid] + [pending], seeds[sid], 4)
+            out = spec.execute([BatchInput(sid, (pending,), frontier)])[0]
+            assert list(out.tokens) == expected[:len(out.tokens)]
+            histories[sid] += [pending] + list(out.tokens[:-1])
+        elif op == "clone" and spec.can_open_session():
+            upto = int(rng.integers(0, frontier + 1))
+            new = spec.clone(sid, upto)
+            histories[new], seeds[new] = histories[sid][:upto], seeds[sid]
+        elif op == "rewind":
+            position = int(rng.integers(0, frontier + 1))
+            spec.rewind(sid, position)
+            histories[sid] = histories[sid][:position]
+        elif op == "close":
+            spec.close_session(sid)
+            del histories[sid]
+            continue
+        for other, history in histories.items():
+            check_draft_state(spec, reference, other, history)
+        spec.executor.cache.check()
+        spec.draft.cache.check()
+    assert spec.stats.accepted > 0 and spec.stats.bonus > 0
+    assert spec.stats.accepted < spec.stats.proposed

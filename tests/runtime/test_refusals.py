@@ -106,6 +106,10 @@ def test_bad_session_calls_change_nothing(busy):
     (dict(max_sessions=600), "leave no cell budget"),
     (dict(max_session_tokens=-1), "max_session_tokens -1"),
     (dict(backend="tpu"), "backend 'tpu'"),
+    (dict(threads=0), "threads 0"),
+    (dict(threads="2"), "threads '2'"),
+    (dict(threads=2.5), "threads 2.5"),
+    (dict(threads=10**6), "threads 1000000"),
 ])
 def test_load_limits(tiny_artifact, kwargs, message):
     with pytest.raises(InvalidArgument, match=message):
@@ -181,3 +185,15 @@ def test_failed_step_poisons_the_sessions_it_touched(busy, monkeypatch):
     executor.close_session(a)
     executor.cache.check()
     assert np.all(executor.cache.cell_refs[executor.cache.cells_of(b)] == 1)
+
+
+def test_bfloat16_artifact_is_refused_by_the_cpu_backend(artifact_copy):
+    edit_manifest(artifact_copy, lambda d: d["model"].update(dtype="bfloat16"))
+    with pytest.raises(InvalidArgument, match="bfloat16"):
+        Executor.load(artifact_copy)
+
+
+@pytest.mark.parametrize("temperature", [1e-5, 1e-40, 5e-324])
+def test_temperatures_that_overflow_float32_are_refused(temperature):
+    with pytest.raises(InvalidArgument, match="temperature"):
+        Sampling(temperature=temperature)
