@@ -34,10 +34,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--bandwidth", type=float, default=4.3e12, help="bytes/s")
     parser.add_argument("--cpu", action="store_true", help="CPU EP dry run (no GPU)")
+    parser.add_argument("--config", type=json.loads, default={},
+                        help="LlamaConfig overrides as JSON, e.g. '{\"num_hidden_layers\": 8}'")
     return parser.parse_args()
 
 
-def export_model(folder: Path, dtype: str, max_cells: int) -> Path:
+def export_model(folder: Path, dtype: str, max_cells: int, overrides: dict) -> Path:
     import torch
     import transformers
 
@@ -46,8 +48,8 @@ def export_model(folder: Path, dtype: str, max_cells: int) -> Path:
     checkpoint = folder / "checkpoint"
     if not checkpoint.exists():
         torch.manual_seed(0)
-        transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMOLLM2)).save_pretrained(
-            checkpoint)
+        config = transformers.LlamaConfig(**{**SMOLLM2, **overrides})
+        transformers.LlamaForCausalLM(config).save_pretrained(checkpoint)
     out = folder / f"artifact-{dtype}"
     export(checkpoint, out, ExportConfig(dtype=dtype, max_cells=max_cells), progress=False)
     return out
@@ -165,10 +167,10 @@ def main() -> None:
     device = "cpu" if args.cpu else "cuda"
     if not args.cpu:
         ort.preload_dlls()
-    results = {"device": device, "context": args.context, "runs": {}}
+    results = {"device": device, "context": args.context, "config": args.config, "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in args.dtypes.split(","):
-            artifact = export_model(Path(tmp), dtype, args.max_cells)
+            artifact = export_model(Path(tmp), dtype, args.max_cells, args.config)
             results["runs"][dtype] = dict(weight_bytes=weight_bytes(artifact),
                                           steps=measure(ort, artifact, args, device))
             args.out.write_text(json.dumps(results, indent=2))
