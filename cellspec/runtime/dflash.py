@@ -181,13 +181,10 @@ class DFlashExecutor:
             self._keep_hidden(item.sid, result.taps, offset, len(item.tokens))
             self.states[item.sid].pending = None
             offset += len(item.tokens)
-        outputs: list[Output | None] = [None] * len(items)
-        for row, index in enumerate(step.output_inputs):
-            sid = items[index].sid
-            position = int(step.positions[step.logit_indices[row]]) + 1
-            token = self.executor.sample(sid, result.logits[row], position)
-            self.states[sid].pending = token
-            outputs[index] = Output(sid, (token,))
+        outputs = self.executor.sample_outputs(step, items, result.logits)
+        for out in outputs:
+            if out is not None:
+                self.states[out.sid].pending = out.token
         return outputs
 
     def speculate(self, items: list[BatchInput]) -> list[tuple[int, ...]]:

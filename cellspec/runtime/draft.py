@@ -19,7 +19,7 @@ from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.runtime.cell_cache import CellCache
 from cellspec.runtime.engine import load_engine
-from cellspec.runtime.target import MethodStats, make_pools
+from cellspec.runtime.target import MethodStats, check_pools, make_pools
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,9 @@ def _check_draft_graphs(manifest: Manifest, context_outputs: dict, block_inputs:
     if len(manifest.draft_cache) != draft.num_layers:
         raise InvalidArtifact(f"manifest field draft_cache: {len(manifest.draft_cache)} layers, "
                               f"draft.num_layers says {draft.num_layers}")
-    for i, layer in enumerate(manifest.draft_cache):
-        expected = (manifest.max_cells, layer.kv_heads, layer.head_dim)
-        for pool in (names.k_pool(i), names.v_pool(i)):
-            shape = block_inputs.get(pool)
-            if shape is None or shape.shape != expected:
-                raise InvalidArtifact(f"{draft.block_graph}: input {pool} is "
-                                      f"{None if shape is None else shape.shape}, manifest "
-                                      f"fields max_cells/draft_cache[{i}] say {expected}")
+    check_pools(draft.block_graph, block_inputs, manifest.max_cells, manifest.draft_cache,
+                "draft_cache")
+    for i in range(draft.num_layers):
         for new in (names.k_new(i), names.v_new(i)):
             if new not in context_outputs:
                 raise InvalidArtifact(f"{draft.context_graph}: output {new} missing")

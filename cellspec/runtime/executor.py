@@ -114,11 +114,17 @@ class Executor:
             result = self.run_packed(step, batch)
         except Exception as error:  # the cache changed: whatever failed, the batch is poisoned
             raise self.poison([b.sid for b in batch], error) from error
+        return self.sample_outputs(step, batch, result.logits)
+
+    def sample_outputs(self, step: PackedStep, batch: Sequence[BatchInput],
+                       logits: np.ndarray) -> list[Output | None]:
+        """One sampled token per input that asked for output (logits [R, V], one row each),
+        drawn for the position after its last token; None for the other inputs."""
         outputs: list[Output | None] = [None] * len(batch)
         for row, index in enumerate(step.output_inputs):
             sid = batch[index].sid
             position = int(step.positions[step.logit_indices[row]]) + 1
-            outputs[index] = Output(sid, (self.sample(sid, result.logits[row], position),))
+            outputs[index] = Output(sid, (self.sample(sid, logits[row], position),))
         return outputs
 
     def pack(self, batch: Sequence[BatchInput]) -> PackedStep:

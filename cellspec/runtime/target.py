@@ -61,6 +61,7 @@ class TargetModel:
         target = self.manifest.target
         logits, taps = [], []
         order = np.argsort(logit_indices, kind="stable")
+        sorted_rows = logit_indices[order]
         for piece in plan_slices(tokens.size, target.static_widths, target.dynamic_width):
             span = slice(piece.offset, piece.offset + piece.length)
             pad = piece.width - piece.length if self.engine.pads_to_static_widths else 0
@@ -68,8 +69,8 @@ class TargetModel:
                 np.pad(seq_ids[span], (0, pad), constant_values=PAD_SEQ),
                 np.pad(positions[span], (0, pad)),
             )
-            rows = logit_indices[order]
-            rows = rows[(rows >= piece.offset) & (rows < piece.offset + piece.length)]
+            rows = sorted_rows[(sorted_rows >= piece.offset)
+                               & (sorted_rows < piece.offset + piece.length)]
             method = f"static_{piece.length + pad}" if piece.is_static else "dynamic"
             out = self._run(plan, np.pad(tokens[span], (0, pad)), rows - piece.offset, method)
             self._commit(plan, out)
@@ -134,13 +135,8 @@ def check_target_graph(manifest: Manifest, inputs: dict, outputs: dict) -> None:
         required.append(names.ATTN_BIAS_WINDOW)
     for name in required:
         _require(name in inputs, f"{graph}: input {name} missing")
-    for i, layer in enumerate(manifest.target_cache):
-        expected = (manifest.max_cells, layer.kv_heads, layer.head_dim)
-        for pool in (names.k_pool(i), names.v_pool(i)):
-            _require(pool in inputs, f"{graph}: input {pool} missing (model.num_layers)")
-            shape = inputs[pool].shape
-            _require(shape == expected, f"{graph}: {pool} is {shape}, manifest fields "
-                     f"max_cells/target_cache[{i}] say {expected}")
+    check_pools(graph, inputs, manifest.max_cells, manifest.target_cache, "target_cache")
+    for i in range(len(manifest.target_cache)):
         for new in (names.k_new(i), names.v_new(i)):
             _require(new in outputs, f"{graph}: output {new} missing")
     _require(names.LOGITS in outputs, f"{graph}: output logits missing")
@@ -157,6 +153,16 @@ def check_target_graph(manifest: Manifest, inputs: dict, outputs: dict) -> None:
         expected = len(manifest.target.tap_layer_ids) * model.hidden_size
         _require(not isinstance(width, int) or width == expected,
                  f"{graph}: taps width {width}, manifest says {expected}")
+
+
+def check_pools(graph: str, inputs: dict, max_cells: int, layers, field: str) -> None:
+    """Every layer's k/v pool input is [max_cells, kv_heads, head_dim] as the manifest says."""
+    for i, layer in enumerate(layers):
+        expected = (max_cells, layer.kv_heads, layer.head_dim)
+        for pool in (names.k_pool(i), names.v_pool(i)):
+            shape = inputs[pool].shape if pool in inputs else None
+            _require(shape == expected, f"{graph}: input {pool} is {shape}, manifest fields "
+                     f"max_cells/{field}[{i}] say {expected}")
 
 
 def _require(ok: bool, message: str) -> None:
