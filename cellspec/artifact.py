@@ -15,28 +15,33 @@ from typing import Any
 
 from cellspec.errors import InvalidArtifact
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-sequence attention (cell tables), fused ops, 4-bit weights
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.bin"
 TOKENIZER_NAME = "tokenizer.json"
 
-# Graph input and output names (DESIGN.md, "Method ABI"); the runtime binds by these names only.
-TOKENS = "tokens"  # int64 [1, T]
-POSITIONS = "positions"  # int64 [T]
-LOGITS_ROWS = "logits_rows"  # int64 [R], indices into T
-CELLS_READ = "cells_read"  # int64 [N], pool cells visible to this step
-ATTN_BIAS = "attn_bias"  # float32 [T, N + T], 0 or -inf over [read cells ; step tokens]
-ATTN_BIAS_WINDOW = "attn_bias_window"  # as attn_bias, for sliding-window layers
+# Graph input and output names (docs/design.md, "Graph ABI"); the runtime binds by these names
+# only. A step is a rectangle: S rows (one sequence each) of Q tokens, each row reading N cells.
+TOKENS = "tokens"  # int64 [S, Q]
+POSITIONS = "positions"  # int64 [S, Q]
+CELL_TABLE = "cell_table"  # int64 [S, N], row s: the cell of each position of its sequence
+ATTN_MASK = "attn_mask"  # bool [S, 1, Q, N + Q], True where [cell_table[s] ; row s] is visible
+ATTN_MASK_WINDOW = "attn_mask_window"  # as attn_mask, for sliding-window layers
+LOGITS_ROWS = "logits_rows"  # int64 [R], indices into the S * Q tokens, row-major
 LOGITS = "logits"  # float32 [R, V]
-TAPS = "taps"  # [1, T, n_taps * hidden]
-HIDDEN = "hidden"  # draft_context input: [C, n_taps * hidden]
+TAPS = "taps"  # [S, Q, n_taps * hidden]
+HIDDEN = "hidden"  # draft_context input: [S, Q, n_taps * hidden]
+PROPOSALS = "proposals"  # draft_block output: int64 [O, block], the argmax of every row
 PARAMS = "params"  # sample: [R, 4]; verify: [O, 3 + W] float32
 CANDIDATES = "candidates"  # verify inputs: [O, W] int64, anchor then proposals
 VERDICT = "verdict"  # verify output: [O, 2] int64, (accepted count, next token)
 
 
+QUANTIZATIONS = ("none", "int4")
+
+
 def k_pool(layer: int) -> str:
-    """Input: layer's key pool, [max_cells, kv_heads, head_dim], read only."""
+    """Input: layer's key pool, [max_cells, kv_heads * head_dim], read only."""
     return f"k_pool.{layer}"
 
 
@@ -45,7 +50,7 @@ def v_pool(layer: int) -> str:
 
 
 def k_new(layer: int) -> str:
-    """Output: the step's rotated keys for one layer, [T, kv_heads, head_dim]."""
+    """Output: the step's rotated keys for one layer, [S, Q, kv_heads * head_dim]."""
     return f"k_new.{layer}"
 
 
@@ -60,6 +65,11 @@ class LayerCache:
     kv_heads: int
     head_dim: int
     window: int = 0
+
+    @property
+    def row_width(self) -> int:
+        """Values per cell of one pool: kv_heads * head_dim."""
+        return self.kv_heads * self.head_dim
 
 
 @dataclass(frozen=True)
@@ -81,10 +91,16 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class TargetMethod:
+    """The target graph and the shapes it is run at. A piece [S, Q] is static (a backend may
+    capture it) when Q fits a static width and S a batch bucket; any other piece runs at its
+    own shape, Q at most max(static_widths[-1], dynamic_width)."""
+
     graph: str
-    static_widths: tuple[int, ...]
-    dynamic_width: int  # bound of the dynamic method; 0 = no dynamic method
+    static_widths: tuple[int, ...]  # Q of static pieces: 1 (decode), verify widths
+    dynamic_width: int  # bound on Q of the other pieces (prompt chunks); 0 = static only
     tap_layer_ids: tuple[int, ...] = ()
+    batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # S of static pieces
+    quantization: str = "none"  # "none" | "int4" (MatMulNBits weights)
 
 
 @dataclass(frozen=True)
@@ -136,6 +152,11 @@ class Manifest:
         _check(self.target.dynamic_width == 0 or self.target.dynamic_width > widths[-1],
                "target.dynamic_width",
                f"{self.target.dynamic_width}, must be 0 or wider than {widths[-1]}")
+        buckets = self.target.batch_buckets
+        _check(len(buckets) > 0 and buckets[0] > 0 and list(buckets) == sorted(set(buckets)),
+               "target.batch_buckets", f"{list(buckets)}, need ascending positive sizes")
+        _check(self.target.quantization in QUANTIZATIONS, "target.quantization",
+               f"{self.target.quantization!r}, expected one of {', '.join(QUANTIZATIONS)}")
         _check(self.max_step_width < self.max_cells, "max_cells",
                f"{self.max_cells} cells cannot hold a {self.max_step_width}-token step")
         windows = {c.window for c in self.target_cache if c.window > 0}
@@ -161,6 +182,10 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        version = data.get("format_version")
+        if version != FORMAT_VERSION:
+            raise InvalidArtifact(f"manifest field format_version: {version!r}, this cellspec "
+                                  f"reads version {FORMAT_VERSION}; export the model again")
         try:
             model = dict(data["model"])
             model["eos_token_ids"] = tuple(model["eos_token_ids"])
@@ -201,6 +226,8 @@ def _target_method(data: dict[str, Any]) -> TargetMethod:
         static_widths=tuple(int(w) for w in data["static_widths"]),
         dynamic_width=int(data["dynamic_width"]),
         tap_layer_ids=tuple(int(i) for i in data.get("tap_layer_ids", ())),
+        batch_buckets=tuple(int(b) for b in data["batch_buckets"]),
+        quantization=str(data["quantization"]),
     )
 
 

@@ -16,7 +16,6 @@ from cellspec.errors import InvalidArgument
 from cellspec.model_cache import resolve_model
 from cellspec.request import Request, RequestOutput, SamplingParams
 from cellspec.runtime.dflash import DFlashExecutor
-from cellspec.runtime.draft import DraftModel
 from cellspec.runtime.executor import Executor
 from cellspec.scheduler import DEFAULT_MAX_PREFILL_TOKENS, Scheduler
 from cellspec.tokenizer import IncrementalDetokenizer, Tokenizer
@@ -44,18 +43,19 @@ class LLM:
         if speculation is not None and not isinstance(speculation, bool):
             raise InvalidArgument(f"speculation {speculation!r}: expected True, False or None")
         self.folder = resolve_model(model, export_config)
-        executor = Executor.load(self.folder, backend=backend, max_sessions=max_sessions,
-                                 max_session_tokens=max_session_tokens, threads=threads)
-        has_draft = executor.manifest.draft is not None
+        has_draft = Manifest.load(self.folder).draft is not None
         if speculation and not has_draft:
             raise InvalidArgument(f"speculation=True, but {self.folder} has no draft "
                                   "(export it with --draft)")
-        self.executor: Executor | DFlashExecutor = executor
+        limits = dict(backend=backend, max_sessions=max_sessions,
+                      max_session_tokens=max_session_tokens, threads=threads)
+        self.executor: Executor | DFlashExecutor
         if has_draft and speculation is not False:
-            draft = DraftModel(self.folder, executor.manifest, backend, threads)
-            self.executor = DFlashExecutor(executor, draft, None, n_draft)
+            self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft)
         elif n_draft is not None:
             raise InvalidArgument("n_draft is set, but speculation is off")
+        else:
+            self.executor = Executor.load(self.folder, **limits)
         self.tokenizer = Tokenizer.load(self.folder, self.executor.manifest)
         if chat and not self.tokenizer.has_chat_template:
             raise InvalidArgument(f"chat=True, but {self.folder} has no chat template")

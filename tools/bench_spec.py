@@ -87,7 +87,7 @@ def main() -> None:
 def print_breakdown(spec, step_seconds: float) -> None:
     """Milliseconds per round (one cycle of every owner) for each method, and per plain step."""
     rounds = max(spec.executor.stats.rounds, 1)
-    methods = {**spec.executor.draft.stats, **spec.executor.executor.target.stats}
+    methods = {**spec.executor.draft.stats, **spec.executor.target.stats}
     parts = ", ".join(f"{name} {1e3 * s.seconds / rounds:.1f}" for name, s in methods.items())
     print(f"      ms per round: {parts}; plain step {1e3 * step_seconds:.1f}")
 

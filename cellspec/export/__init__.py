@@ -43,12 +43,14 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     _check_against_model(config, hp)
     out = _prepare_folder(Path(out), overwrite)
     try:
+        max_context = config.resolved_max_context(hp.max_position_embeddings)
         with WeightStore(out) as store:
-            model = make_target_graph(hp, ckpt.tensors, store, config.dtype,
-                                      config.resolved_max_cells, config.taps, progress)
+            model, embeddings = make_target_graph(hp, ckpt.tensors, store, config.dtype,
+                                                  config.resolved_max_cells, max_context,
+                                                  config.taps, progress)
             drafted = None if draft_ckpt is None else export_draft(
-                draft_ckpt, hp, store, out, dtype=config.dtype,
-                max_cells=config.resolved_max_cells)
+                draft_ckpt, hp, embeddings, store, out, dtype=config.dtype,
+                max_cells=config.resolved_max_cells, max_context=max_context)
         onnx.save(model, str(out / TARGET_GRAPH))
         if ckpt.tokenizer_json is not None:
             (out / artifact.TOKENIZER_NAME).write_text(ckpt.tokenizer_json)
@@ -99,7 +101,7 @@ def make_manifest(ckpt: Checkpoint, hp: Hparams, config: ExportConfig) -> Manife
         max_cells=config.resolved_max_cells,
         max_context=config.resolved_max_context(hp.max_position_embeddings),
         target=TargetMethod(TARGET_GRAPH, config.static_widths, config.dynamic_width,
-                            config.taps),
+                            config.taps, config.batch_buckets, config.quantize),
     )
 
 

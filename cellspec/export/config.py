@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from cellspec.errors import InvalidArgument
 
 DTYPES = ("float32", "float16", "bfloat16")
+QUANTIZE = ("none", "int4")
 DEFAULT_MAX_CONTEXT = 4096
 DEFAULT_MAX_CELLS = 8192
 MAX_CELLS_LIMIT = 1 << 22  # 4M cells: beyond any context a host pool can hold
@@ -22,6 +23,12 @@ class ExportConfig:
     max_context: positions per session; None = min(max_position_embeddings, 4096).
     max_cells: cells in the pool (one is the scratch cell); None = 8192.
     taps: decoder layer ids (0-based) whose outputs the target graph returns as `taps`.
+    batch_buckets: the row counts of static pieces (a GPU backend captures one graph each).
+    quantize: "int4" stores every projection as 4-bit blocks (MatMulNBits): a GGUF's Q4_1/Q4_0
+        blocks as they are (its Q8_0 embedding as 8-bit blocks), other weights by
+        round-to-nearest in blocks of 32; "none" stores them in `dtype`.
+    accuracy_level: MatMulNBits' compute precision on the CPU (0: exact float; 4: int8
+        activations, faster, not exact).
     """
 
     dtype: str = "float32"
@@ -30,8 +37,22 @@ class ExportConfig:
     max_context: int | None = None
     max_cells: int | None = None
     taps: tuple[int, ...] = ()
+    batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    quantize: str = "none"
+    accuracy_level: int = 0
 
     def __post_init__(self) -> None:
+        if self.quantize not in QUANTIZE:
+            raise InvalidArgument(f"quantize {self.quantize!r}: expected one of "
+                                  f"{', '.join(QUANTIZE)}")
+        if self.accuracy_level not in (0, 1, 2, 3, 4):
+            raise InvalidArgument(f"accuracy_level {self.accuracy_level!r}: expected 0..4")
+        buckets = tuple(self.batch_buckets)
+        if not buckets or not all(_is_int(b) and b > 0 for b in buckets) \
+                or list(buckets) != sorted(set(buckets)):
+            raise InvalidArgument(f"batch_buckets {list(buckets)}: expected ascending positive "
+                                  "integers")
+        object.__setattr__(self, "batch_buckets", buckets)
         if self.dtype not in DTYPES:
             raise InvalidArgument(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
         widths = tuple(self.static_widths)

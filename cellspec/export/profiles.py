@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from cellspec.artifact import ATTN_BIAS, CELLS_READ, LOGITS_ROWS, TOKENS, TargetMethod
+from cellspec.artifact import ATTN_MASK, CELL_TABLE, LOGITS_ROWS, TOKENS, TargetMethod
 from cellspec.errors import InvalidArgument, InvalidArtifact
 
 Shape = tuple[int, ...]
@@ -114,9 +114,9 @@ def target_profiles(artifact_dir: str | Path, target: TargetMethod, max_cells: i
     """
     inputs = dynamic_dims(_load_header(Path(artifact_dir) / target.graph))
     names = {"T": _dim_name(inputs, TOKENS, 1, target.graph),
-             "N": _dim_name(inputs, CELLS_READ, 0, target.graph),
+             "N": _dim_name(inputs, CELL_TABLE, 1, target.graph),
              "R": _dim_name(inputs, LOGITS_ROWS, 0, target.graph)}
-    span = _dim_name(inputs, ATTN_BIAS, 1, target.graph)
+    span = _dim_name(inputs, ATTN_MASK, 3, target.graph)
     profiles = []
     for abi in target_ranges(target, max_cells):
         ranges = {names[k]: r for k, r in abi.items()}

@@ -3,10 +3,15 @@
 Bookkeeping only (numpy, no device code). A sequence sees exactly one cell per position
 0..pos(seq)-1; its view is the position -> cell map `seq_cells[seq]`. A cell may be seen by
 several sequences (after `seq_clone`); it is free when no sequence sees it. The last cell is
-the scratch cell: static steps write their padding rows there, and it is never handed out.
+the scratch cell: padding tokens write their keys/values there, and it is never handed out.
 
 Every mutator validates before it changes anything and raises `InvalidArgument` naming the
 offending value. A step is planned by `declare_step` (pure) and applied by `commit_step`.
+
+A step is a rectangle of S rows, one sequence each, of Q tokens (graph ABI v2): row s holds
+its sequence's next `counts[s]` tokens, continuing from pos(seq), then padding. Each row reads
+only its own sequence's cells through `cell_table[s]`, whose column j is the cell of position
+j, so attention costs what the rows actually read, not the union of the batch.
 """
 
 from __future__ import annotations
@@ -17,23 +22,33 @@ import numpy as np
 
 from cellspec.errors import InvalidArgument
 
-PAD_SEQ = -1  # seq id of a padding row in a declared step
-
-NEG_INF = np.float32(-np.inf)
+PAD_SEQ = -1  # seq id of a padding row
 
 
 @dataclass(frozen=True)
 class StepPlan:
-    """What one step reads and writes. T = tokens (padding included), N = cells read."""
+    """What one step reads and writes. S rows, Q tokens per row, N cells read per row.
 
-    seq_ids: np.ndarray  # [T] int64, PAD_SEQ for padding rows
-    positions: np.ndarray  # [T] int64
-    cells: np.ndarray  # [T] int64, the cell each token's keys/values are written to
-    cells_read: np.ndarray  # [N] int64
-    attn_bias: np.ndarray  # [T, N + T] float32, 0 or -inf over [cells_read ; step tokens]
-    attn_bias_window: np.ndarray | None  # as attn_bias, for sliding-window layers
+    attn_mask columns are [cell_table[s] (N) ; the row's own Q tokens]. A padding token (a
+    padding row, or a column past the row's count) sees only itself, so no row is all False.
+    """
+
+    seq_ids: np.ndarray  # [S] int64, PAD_SEQ for padding rows
+    counts: np.ndarray  # [S] int64, real tokens per row (0 for padding rows)
+    positions: np.ndarray  # [S, Q] int64, 0 for padding tokens
+    cells: np.ndarray  # [S, Q] int64, the cell each token's keys/values are written to
+    cell_table: np.ndarray  # [S, N] int64, cell of position j at column j, scratch past it
+    lengths: np.ndarray  # [S] int64, the columns of cell_table each row reads
+    attn_mask: np.ndarray  # [S, 1, Q, N + Q] bool, True where the key is visible
+    attn_mask_window: np.ndarray | None  # as attn_mask, for sliding-window layers
     version: int  # the cache version the plan was made against
     writes: bool = True  # False: a read-only step (a DFlash block), never committed
+
+    @property
+    def is_real(self) -> np.ndarray:
+        """[S, Q] bool: the tokens that belong to a sequence."""
+        width = self.positions.shape[1]
+        return np.arange(width)[None, :] < self.counts[:, None]
 
 
 class CellCache:
@@ -114,41 +129,39 @@ class CellCache:
 
     # -- steps -----------------------------------------------------------------------------
 
-    def declare_step(
-        self, seq_ids: np.ndarray, positions: np.ndarray, causal: bool = True,
-        writes: bool = True,
-    ) -> StepPlan:
-        """Plan a step without changing anything. Each sequence's tokens must continue it:
-        their positions are pos(seq), pos(seq)+1, ... in order. PAD_SEQ rows pad the step.
-        Not causal: a token sees every token of its sequence in the step (a DFlash block).
+    def declare_step(self, seq_ids: np.ndarray, counts: np.ndarray, width: int | None = None,
+                     num_cells: int | None = None, causal: bool = True,
+                     writes: bool = True) -> StepPlan:
+        """Plan a step without changing anything: row s feeds `counts[s]` tokens of sequence
+        `seq_ids[s]` at positions pos(seq), pos(seq)+1, ...; PAD_SEQ rows have count 0.
+        width: Q (default: the largest count); num_cells: N (default: the longest sequence),
+        both at least what the rows need, so a backend can pad to fixed shapes.
+        Not causal: a token sees every token of its row (a DFlash block).
         Not writing: every token's keys/values go to the scratch cell and the plan cannot be
         committed, so the step needs no free cells."""
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
-        positions = np.asarray(positions, dtype=np.int64)
-        if seq_ids.shape != positions.shape or seq_ids.ndim != 1 or seq_ids.size == 0:
-            raise InvalidArgument(
-                f"step of {seq_ids.shape} seq ids and {positions.shape} positions")
-        is_pad = seq_ids == PAD_SEQ
-        real_seqs = list(dict.fromkeys(seq_ids[~is_pad].tolist()))
-        for seq in real_seqs:
-            mine = positions[seq_ids == seq]
-            expected = np.arange(self.pos(seq), self.pos(seq) + mine.size)
-            if not np.array_equal(mine, expected):
-                raise InvalidArgument(
-                    f"seq {seq}: step positions {mine.tolist()} do not continue from "
-                    f"{self.pos(seq)}")
-        cells = np.full(seq_ids.size, self.scratch_cell, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        lengths = self._check_rows(seq_ids, counts)
+        width = int(counts.max()) if width is None else width
+        num_cells = int(lengths.max(initial=0)) if num_cells is None else num_cells
+        if width < counts.max() or num_cells < lengths.max(initial=0):
+            raise InvalidArgument(f"step shape [{seq_ids.size}, {width}] reading {num_cells} "
+                                  f"cells cannot hold counts {counts.tolist()} and lengths "
+                                  f"{lengths.tolist()}")
+        is_real = np.arange(width)[None, :] < counts[:, None]
+        positions = np.where(is_real, lengths[:, None] + np.arange(width)[None, :], 0)
+        cells = np.full((seq_ids.size, width), self.scratch_cell, dtype=np.int64)
         if writes:
-            num_real = int(np.count_nonzero(~is_pad))
             free = np.flatnonzero(self.cell_refs[: self.scratch_cell] == 0)
-            if free.size < num_real:
-                raise InvalidArgument(f"step needs {num_real} cells, {free.size} are free")
-            cells[~is_pad] = free[:num_real]
-        read = [self.seq_cells[seq] for seq in real_seqs]
-        cells_read = np.unique(np.concatenate(read)) if read else np.zeros(0, np.int64)
-        bias, bias_window = self._make_bias(seq_ids, positions, cells_read, causal)
-        return StepPlan(seq_ids, positions, cells, cells_read, bias, bias_window, self.version,
-                        writes)
+            if free.size < counts.sum():
+                raise InvalidArgument(f"step needs {counts.sum()} cells, {free.size} are free")
+            cells[is_real] = free[: counts.sum()]
+        table = np.full((seq_ids.size, num_cells), self.scratch_cell, dtype=np.int64)
+        for row in np.flatnonzero(seq_ids != PAD_SEQ):
+            table[row, : lengths[row]] = self.seq_cells[int(seq_ids[row])]
+        mask, mask_window = self._make_masks(positions, is_real, lengths, num_cells, causal)
+        return StepPlan(seq_ids, counts, positions, cells, table, lengths, mask, mask_window,
+                        self.version, writes)
 
     def commit_step(self, plan: StepPlan) -> None:
         """Apply a plan made against the current version: its tokens' cells become theirs."""
@@ -157,37 +170,47 @@ class CellCache:
         if plan.version != self.version:
             raise InvalidArgument(
                 f"step planned at version {plan.version}, cache is at {self.version}")
-        real = plan.seq_ids != PAD_SEQ
-        cells, seqs, positions = plan.cells[real], plan.seq_ids[real], plan.positions[real]
-        self.cell_pos[cells] = positions
-        self.cell_refs[cells] += 1
-        for seq in dict.fromkeys(seqs.tolist()):
-            self.seq_cells[seq] = np.concatenate([self.seq_cells[seq], cells[seqs == seq]])
+        is_real = plan.is_real
+        self.cell_pos[plan.cells[is_real]] = plan.positions[is_real]
+        self.cell_refs[plan.cells[is_real]] += 1
+        for row in np.flatnonzero(plan.counts):
+            seq = int(plan.seq_ids[row])
+            new = plan.cells[row, : plan.counts[row]]
+            self.seq_cells[seq] = np.concatenate([self.seq_cells[seq], new])
         self.version += 1
 
-    def _make_bias(
-        self, seq_ids: np.ndarray, positions: np.ndarray, cells_read: np.ndarray, causal: bool
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        # visible[t, j]: token t sees column j of [cells_read ; step tokens].
-        num_tokens, num_read = seq_ids.size, cells_read.size
-        visible = np.zeros((num_tokens, num_read + num_tokens), dtype=bool)
-        column = np.full(self.max_cells, -1, dtype=np.int64)
-        column[cells_read] = np.arange(num_read)
-        key_pos = np.concatenate([self.cell_pos[cells_read], positions])
-        for seq in dict.fromkeys(seq_ids.tolist()):
-            rows = np.flatnonzero(seq_ids == seq)
-            if seq == PAD_SEQ:
-                visible[rows, num_read + rows] = True  # padding sees only itself
-                continue
-            visible[np.ix_(rows, column[self.seq_cells[seq]])] = True
-            same = num_read + rows
-            visible[np.ix_(rows, same)] = (
-                positions[rows][None, :] <= positions[rows][:, None] if causal else True)
-        bias = np.where(visible, np.float32(0), NEG_INF).astype(np.float32)
+    def _check_rows(self, seq_ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Validate the rows; returns each row's frontier (0 for padding rows)."""
+        if seq_ids.shape != counts.shape or seq_ids.ndim != 1 or seq_ids.size == 0:
+            raise InvalidArgument(f"step of {seq_ids.shape} rows and {counts.shape} counts")
+        real = seq_ids[seq_ids != PAD_SEQ]
+        if np.unique(real).size != real.size:
+            raise InvalidArgument(f"step rows {seq_ids.tolist()}: a sequence appears twice")
+        if np.any(counts[seq_ids == PAD_SEQ] != 0) or np.any(counts[seq_ids != PAD_SEQ] < 1):
+            raise InvalidArgument(f"step counts {counts.tolist()}: padding rows take 0 tokens, "
+                                  "sequences at least 1")
+        return np.array([0 if seq == PAD_SEQ else self.pos(int(seq)) for seq in seq_ids],
+                        dtype=np.int64)
+
+    def _make_masks(self, positions: np.ndarray, is_real: np.ndarray, lengths: np.ndarray,
+                    num_cells: int, causal: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """[S, 1, Q, N + Q] visibility. Column j < N is position j of the row's sequence (its
+        cell_table), column N + u the row's own token u."""
+        rows, width = positions.shape
+        past = np.arange(num_cells)[None, None, :] < lengths[:, None, None]  # [S, 1, N]
+        past = past & is_real[:, :, None]  # [S, Q, N]
+        own = is_real[:, :, None] & is_real[:, None, :]  # [S, Q, Q]: both tokens real
+        if causal:
+            own &= np.tril(np.ones((width, width), dtype=bool))[None]
+        own |= np.eye(width, dtype=bool)[None] & ~is_real[:, :, None]  # padding sees itself
+        mask = np.concatenate([past, own], axis=2)[:, None]
         if self.window == 0:
-            return bias, None
-        near = positions[:, None] - key_pos[None, :] < self.window
-        return bias, np.where(visible & near, np.float32(0), NEG_INF).astype(np.float32)
+            return mask, None
+        key_pos = np.concatenate([np.broadcast_to(np.arange(num_cells), (rows, num_cells)),
+                                  positions], axis=1)  # [S, N + Q]
+        # a key is visible iff 0 <= q_pos - k_pos < window; padding (position 0) keeps itself
+        near = positions[:, :, None] - key_pos[:, None, :] < self.window  # [S, Q, N + Q]
+        return mask, mask & near[:, None]
 
     # -- invariants ------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
-"""The DFlash draft on engines: its own cell cache and pools, drain and propose.
+"""The DFlash draft over a backend: its own cell cache and pools, drain and propose.
 
-`drain` pushes verified tokens' target hidden states (taps) through `draft_context` and commits
-the resulting keys/values into the draft pool. `propose` runs `draft_block` on [anchor, mask...]
-blocks of up to `max_owners` sessions per call and takes the argmax of rows 1..n_draft.
+`drain` pushes verified tokens' target hidden states (taps) through `draft_context`; the backend
+commits the resulting keys/values into the draft pools. `propose` runs `draft_block` on
+[anchor, mask...] blocks of up to `max_owners` sessions per call and takes each block's argmax
+rows 1..n_draft (the graph's `proposals`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import numpy as np
 from cellspec import artifact as names
 from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArtifact
-from cellspec.runtime.cell_cache import CellCache
-from cellspec.runtime.engine import load_engine
-from cellspec.runtime.target import MethodStats, check_pools, make_pools
+from cellspec.runtime.backend import Backend
+from cellspec.runtime.cell_cache import PAD_SEQ, CellCache
+from cellspec.runtime.planner import plan_pieces
+from cellspec.runtime.target import MethodStats, check_pools
 
 
 @dataclass(frozen=True)
@@ -30,61 +32,61 @@ class ProposalRequest:
 
 
 class DraftModel:
-    def __init__(self, folder: Path, manifest: Manifest, backend: str, threads: int | None):
+    def __init__(self, folder: Path, manifest: Manifest, backend: Backend) -> None:
         assert manifest.draft is not None
-        self.method = manifest.draft
-        self.context = load_engine(folder / self.method.context_graph, backend, threads)
-        self.block = load_engine(folder / self.method.block_graph, backend, threads)
-        self.layers = range(self.method.num_layers)
-        self.max_context_rows = manifest.max_step_width
-        _check_draft_graphs(manifest, self.context.outputs, self.block.inputs)
+        self.method, self.backend = manifest.draft, backend
+        self.context = backend.load_engine(folder / self.method.context_graph)
+        self.block = backend.load_engine(folder / self.method.block_graph)
+        check_draft_graphs(manifest, self.context.outputs, self.block)
         self.cache = CellCache(manifest.max_cells)
-        self.pools = make_pools(manifest.max_cells, manifest.draft_cache,
-                                self.block.inputs[names.k_pool(0)].dtype)
+        self.pools = backend.make_pools(manifest.max_cells, manifest.draft_cache,
+                                        self.block.inputs[names.k_pool(0)].dtype)
+        self.policy = backend.shape_policy(manifest)
+        self.max_width = manifest.max_step_width
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
 
-    def drain(self, seq_ids: np.ndarray, hidden: np.ndarray, positions: np.ndarray) -> None:
-        """Commit context keys/values of hidden [C, n_taps * hidden] rows at positions [C], in
-        calls of at most `max_context_rows` rows."""
-        for start in range(0, len(seq_ids), self.max_context_rows):
-            rows = slice(start, start + self.max_context_rows)
-            self._drain_chunk(seq_ids[rows], hidden[rows], positions[rows])
-
-    def _drain_chunk(self, seq_ids: np.ndarray, hidden: np.ndarray, positions: np.ndarray):
-        plan = self.cache.declare_step(seq_ids, positions)
-        out = self._run(self.context, "draft_context", len(seq_ids),
-                        {names.HIDDEN: hidden, names.POSITIONS: positions},
-                        [name(i) for i in self.layers for name in (names.k_new, names.v_new)])
-        for i in self.layers:
-            self.pools[names.k_pool(i)][plan.cells] = out[names.k_new(i)]
-            self.pools[names.v_pool(i)][plan.cells] = out[names.v_new(i)]
-        self.cache.commit_step(plan)
+    def drain(self, seq_ids: np.ndarray, hidden: np.ndarray) -> None:
+        """Commit the context keys/values of hidden [C, n_taps * hidden] rows, one contiguous
+        run per sequence continuing from its draft frontier."""
+        starts = np.flatnonzero(np.r_[True, seq_ids[1:] != seq_ids[:-1]])
+        lengths = np.diff(np.r_[starts, seq_ids.size])
+        for piece in plan_pieces(lengths.tolist(), self.max_width):
+            index = np.stack([starts[c.run] + c.start + np.arange(piece.width)
+                              for c in piece.chunks])  # [S, Q]
+            plan = self.cache.declare_step(seq_ids[index[:, 0]], [piece.width] * len(index))
+            feeds = {names.HIDDEN: hidden[index], names.POSITIONS: plan.positions}
+            self._run(self.context, "draft_context", int(index.size), feeds, [], plan.cells)
+            self.cache.commit_step(plan)
 
     def propose(self, requests: list[ProposalRequest], n_draft: int) -> np.ndarray:
         """[len(requests), n_draft] greedy proposals, `max_owners` blocks per draft_block call."""
-        chunks = [requests[i: i + self.method.max_owners]
-                  for i in range(0, len(requests), self.method.max_owners)]
+        owners = self.method.max_owners
+        chunks = [requests[i: i + owners] for i in range(0, len(requests), owners)]
         return np.concatenate([self._propose_chunk(chunk, n_draft) for chunk in chunks])
 
     def _propose_chunk(self, requests: list[ProposalRequest], n_draft: int) -> np.ndarray:
-        block = self.method.block_size
-        tokens = np.full((len(requests), block), self.method.mask_token_id, dtype=np.int64)
-        tokens[:, 0] = [r.anchor for r in requests]
-        seq_ids = np.repeat([r.sid for r in requests], block)
-        positions = np.concatenate([np.arange(r.position, r.position + block) for r in requests])
+        block, count = self.method.block_size, len(requests)
+        seqs = np.array([r.sid for r in requests], dtype=np.int64)
+        longest = max(self.cache.pos(int(s)) for s in seqs)
+        shape = self.policy.shape(count, block, longest)
+        padding = shape.rows - count
         # Each block sees its owner's context cells and, bidirectionally, itself; its keys and
         # values are never committed, so the plan takes no cells.
-        plan = self.cache.declare_step(seq_ids, positions, causal=False, writes=False)
-        feeds = {names.TOKENS: tokens, names.POSITIONS: positions,
-                 names.CELLS_READ: plan.cells_read, names.ATTN_BIAS: plan.attn_bias, **self.pools}
-        out = self._run(self.block, f"draft_block_{len(requests)}", len(requests), feeds,
-                        [names.LOGITS])
-        logits = out[names.LOGITS].reshape(len(requests), block, -1)
-        return np.argmax(logits[:, 1: n_draft + 1], axis=-1).astype(np.int64)
+        plan = self.cache.declare_step(np.r_[seqs, [PAD_SEQ] * padding],
+                                       np.r_[[block] * count, [0] * padding], block,
+                                       shape.cells, causal=False, writes=False)
+        tokens = np.full((shape.rows, block), self.method.mask_token_id, dtype=np.int64)
+        tokens[:count, 0] = [r.anchor for r in requests]
+        feeds = {names.TOKENS: tokens, names.POSITIONS: plan.positions,
+                 names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask}
+        out = self._run(self.block, f"draft_block [{shape.rows}x{block}]", count, feeds,
+                        [names.PROPOSALS])
+        return out[names.PROPOSALS][:count, 1: n_draft + 1].astype(np.int64)
 
-    def _run(self, engine, method: str, count: int, feeds: dict, outputs: list[str]) -> dict:
+    def _run(self, engine, method: str, count: int, feeds: dict, outputs: list[str],
+             cells: np.ndarray | None = None) -> dict:
         start = time.perf_counter()
-        out = engine.run(feeds, outputs)
+        out = self.backend.run(engine, self.pools, feeds, outputs, cells)
         stats = self.stats[method]
         stats.calls += 1
         stats.tokens += count
@@ -92,14 +94,25 @@ class DraftModel:
         return out
 
 
-def _check_draft_graphs(manifest: Manifest, context_outputs: dict, block_inputs: dict) -> None:
+def check_draft_graphs(manifest: Manifest, context_outputs: dict, block) -> None:
+    """The draft graphs agree with the manifest's draft fields, named when they do not."""
     draft = manifest.draft
     assert draft is not None
     if len(manifest.draft_cache) != draft.num_layers:
         raise InvalidArtifact(f"manifest field draft_cache: {len(manifest.draft_cache)} layers, "
                               f"draft.num_layers says {draft.num_layers}")
-    check_pools(draft.block_graph, block_inputs, manifest.max_cells, manifest.draft_cache,
+    check_pools(draft.block_graph, block.inputs, manifest.max_cells, manifest.draft_cache,
                 "draft_cache")
+    pools = [n for n in block.inputs if n.startswith("k_pool.")]
+    if len(pools) != draft.num_layers:
+        raise InvalidArtifact(f"{draft.block_graph}: {len(pools)} layers, manifest field "
+                              f"draft.num_layers says {draft.num_layers}")
+    width = block.inputs[names.TOKENS].shape[-1]
+    if width != draft.block_size:
+        raise InvalidArtifact(f"{draft.block_graph}: blocks of {width} tokens, manifest field "
+                              f"draft.block_size says {draft.block_size}")
+    if names.PROPOSALS not in block.outputs:
+        raise InvalidArtifact(f"{draft.block_graph}: output {names.PROPOSALS} missing")
     for i in range(draft.num_layers):
         for new in (names.k_new(i), names.v_new(i)):
             if new not in context_outputs:

@@ -1,9 +1,12 @@
 """The batching executor (the CudaExecutor port): sessions over one cell cache, packed steps.
 
 `execute(batch)` validates the whole batch before anything changes, packs every input's tokens
-into one step, runs it slice by slice, commits keys/values, and samples one token per input
-that asked for output. A rejected batch leaves every session exactly as it was; a failure after
-mutation poisons the sessions the batch touched (close them; the error names them).
+into one step, runs it piece by piece, and samples one token per input that asked for output.
+A rejected batch leaves every session exactly as it was; a failure after mutation poisons the
+sessions the batch touched (close them; the error names them).
+
+Subclasses (the DFlash executor) keep state of their own per session in `Session.draft` and
+follow the session operations through the `_opened`, `_closed`, `_cloned` and `_rewound` hooks.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ import numpy as np
 
 from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument
-from cellspec.runtime.engine import check_backend
+from cellspec.runtime.backend import Backend, check_backend, load_backend
+from cellspec.runtime.cell_cache import CellCache
 from cellspec.runtime.sampling import positional_uniform, sample_token
-from cellspec.runtime.sessions import SessionTable
+from cellspec.runtime.sessions import Session, SessionTable
 from cellspec.runtime.target import ForwardResult, TargetModel
 from cellspec.runtime.types import BatchInput, Output, Sampling
 
 
 @dataclass(frozen=True)
 class PackedStep:
+    batch: tuple[BatchInput, ...]  # the validated inputs, plain ints throughout
     seq_ids: np.ndarray  # [T]
     tokens: np.ndarray  # [T]
     positions: np.ndarray  # [T]
@@ -33,10 +38,11 @@ class PackedStep:
 
 
 class Executor:
-    def __init__(self, folder: Path, manifest: Manifest, target: TargetModel,
+    def __init__(self, folder: Path, manifest: Manifest, backend: Backend, target: TargetModel,
                  max_sessions: int, max_session_tokens: int) -> None:
         self.folder = folder
         self.manifest = manifest
+        self.backend = backend
         self.target = target
         self.sessions = SessionTable(max_sessions, max_session_tokens)
 
@@ -44,17 +50,12 @@ class Executor:
     def load(cls, artifact: str | Path, backend: str = "ort-cpu", max_sessions: int = 8,
              max_session_tokens: int = 0, threads: int | None = None) -> Executor:
         """Load an artifact; 0 tokens = the largest budget every session can fill at once."""
-        folder = Path(artifact)
-        manifest = Manifest.load(folder)
-        check_backend(backend, manifest.model.dtype, threads)
-        budget = check_limits(manifest, max_sessions, max_session_tokens)
-        target = TargetModel(folder, manifest, backend, threads)
-        return cls(folder, manifest, target, max_sessions, budget)
+        return cls(*load_parts(artifact, backend, max_sessions, max_session_tokens, threads))
 
     # -- sessions --------------------------------------------------------------------------
 
     @property
-    def cache(self):
+    def cache(self) -> CellCache:
         return self.target.cache
 
     @property
@@ -73,30 +74,34 @@ class Executor:
         return self.sessions.can_open()
 
     def open_session(self) -> int:
-        self.sessions.check_can_open()
-        sid = self.sessions.open()
-        self.cache.seq_new(sid)
-        return sid
+        session = self.sessions.open()
+        self.cache.seq_new(session.sid)
+        self._opened(session)
+        return session.sid
 
     def close_session(self, sid: int) -> None:
         self.sessions.close(sid)
         self.cache.seq_rm(sid)
+        self._closed(sid)
 
     def clone(self, sid: int, upto: int) -> int:
         """A new session seeing `sid`'s first `upto` positions (shared cells), same sampling."""
-        state = self.sessions.clone_state(sid)
-        _check_int("upto", upto)
+        source = self.sessions.get(sid)
+        upto = _check_int("upto", upto)
         if not 0 <= upto <= self.cache.pos(sid):
             raise InvalidArgument(f"session {sid}: clone position {upto} outside "
                                   f"0..{self.cache.pos(sid)}")
-        new = self.sessions.open(state)
-        self.cache.seq_clone(sid, new, upto)
-        return new
+        session = self.sessions.open(source)
+        self.cache.seq_clone(sid, session.sid, upto)
+        self._cloned(source, session, upto)
+        return session.sid
 
     def rewind(self, sid: int, pos: int) -> None:
+        """Forget positions >= pos of `sid`."""
         self.sessions.get(sid)
-        _check_int("position", pos)
+        pos = _check_int("position", pos)
         self.cache.rewind(sid, pos)
+        self._rewound(sid, pos)
 
     def pos(self, sid: int) -> int:
         self.sessions.get(sid, allow_poisoned=True)
@@ -105,96 +110,105 @@ class Executor:
     def set_sampling(self, sid: int, sampling: Sampling, seed: int | None = None) -> None:
         self.sessions.set_sampling(sid, sampling, seed)
 
+    # hooks for executors that keep more per session; each runs after the cache changed
+    def _opened(self, session: Session) -> None:
+        pass
+
+    def _closed(self, sid: int) -> None:
+        pass
+
+    def _cloned(self, source: Session, clone: Session, upto: int) -> None:
+        pass
+
+    def _rewound(self, sid: int, pos: int) -> None:
+        pass
+
     # -- steps -----------------------------------------------------------------------------
 
     def execute(self, batch: Sequence[BatchInput]) -> list[Output | None]:
         """Run one batch; outputs align with inputs (None where no output was asked)."""
         step = self.pack(batch)
         try:
-            result = self.run_packed(step, batch)
+            result = self.run_packed(step)
+            return self.sample_outputs(step, result.logits)
         except Exception as error:  # the cache changed: whatever failed, the batch is poisoned
-            raise self.poison([b.sid for b in batch], error) from error
-        return self.sample_outputs(step, batch, result.logits)
+            raise self.poison([b.sid for b in step.batch], error) from error
 
-    def sample_outputs(self, step: PackedStep, batch: Sequence[BatchInput],
-                       logits: np.ndarray) -> list[Output | None]:
+    def sample_outputs(self, step: PackedStep, logits: np.ndarray) -> list[Output | None]:
         """One sampled token per input that asked for output (logits [R, V], one row each),
         drawn for the position after its last token; None for the other inputs."""
-        outputs: list[Output | None] = [None] * len(batch)
+        outputs: list[Output | None] = [None] * len(step.batch)
         for row, index in enumerate(step.output_inputs):
-            sid = batch[index].sid
+            sid = step.batch[index].sid
             position = int(step.positions[step.logit_indices[row]]) + 1
             outputs[index] = Output(sid, (self.sample(sid, logits[row], position),))
         return outputs
 
     def pack(self, batch: Sequence[BatchInput]) -> PackedStep:
         """Validate the whole batch (nothing changes) and pack it into one step."""
-        self.validate(batch)
+        batch = self.validate(batch)
         seq_ids, tokens, positions, indices, answered = [], [], [], [], []
         for index, item in enumerate(batch):
             n = len(item.tokens)
             seq_ids += [item.sid] * n
-            tokens += list(item.tokens)
+            tokens += item.tokens
             positions += range(item.position, item.position + n)
             if item.produce_output:
                 indices.append(len(tokens) - 1)
                 answered.append(index)
-        return PackedStep(_int64(seq_ids), _int64(tokens), _int64(positions), _int64(indices),
-                          tuple(answered))
+        return PackedStep(batch, _int64(seq_ids), _int64(tokens), _int64(positions),
+                          _int64(indices), tuple(answered))
 
-    def validate(self, batch: Sequence[BatchInput]) -> None:
+    def validate(self, batch: Sequence[BatchInput]) -> tuple[BatchInput, ...]:
+        """Check every input; returns them with numpy integers made plain ints."""
         if not isinstance(batch, Sequence) or len(batch) == 0:
             raise InvalidArgument("batch: expected a non-empty sequence of BatchInput")
         seen: set[int] = set()
+        checked = []
         for item in batch:
             if not isinstance(item, BatchInput):
                 raise InvalidArgument(f"batch item {item!r}: expected a BatchInput")
-            state = self.sessions.get(item.sid)
+            session = self.sessions.get(item.sid)
             if item.sid in seen:
                 raise InvalidArgument(f"session {item.sid}: two inputs in one batch")
             seen.add(item.sid)
-            self._check_tokens(item)
-            _check_int("position", item.position)
-            frontier = self.cache.pos(item.sid)
-            if item.position < 0:
-                raise InvalidArgument(f"session {item.sid}: negative position {item.position}")
-            if item.position > frontier:
-                raise InvalidArgument(f"session {item.sid}: position {item.position} is past "
-                                      f"its frontier {frontier}")
-            end = item.position + len(item.tokens)
-            if end > self.max_session_tokens:
-                raise InvalidArgument(f"session {item.sid}: tokens up to position {end} exceed "
-                                      f"the budget of {self.max_session_tokens} tokens")
-            if item.produce_output and state.sampling is None:
+            item = BatchInput(item.sid, self._check_tokens(item),
+                              _check_int("position", item.position),
+                              _check_bool("produce_output", item.produce_output))
+            self._check_span(item)
+            if item.produce_output and session.sampling is None:
                 raise InvalidArgument(f"session {item.sid}: output requested with no sampling "
                                       "set (call set_sampling first)")
+            checked.append(item)
+        return tuple(checked)
 
-    def run_packed(self, step: PackedStep, batch: Sequence[BatchInput]) -> ForwardResult:
+    def run_packed(self, step: PackedStep) -> ForwardResult:
         """Mutate: rewind inputs that start before their frontier, then run the step. A failure
         leaves the batch's sessions half-done: the caller poisons them."""
-        for item in batch:
+        for item in step.batch:
             if item.position < self.cache.pos(item.sid):
                 self.cache.rewind(item.sid, item.position)
-        return self.target.forward(step.seq_ids, step.tokens, step.positions, step.logit_indices)
+                self._rewound(item.sid, item.position)
+        return self.target.forward(step.seq_ids, step.tokens, step.logit_indices)
 
     def poison(self, sids: list[int], error: Exception) -> ExecutionFailed:
         """Mark `sids` unusable after `error` struck mid-mutation; the error to raise."""
         sids = sorted(set(sids))
         for sid in sids:
             if sid in self.sessions:
-                self.sessions.states[sid].is_poisoned = True
+                self.sessions.sessions[sid].is_poisoned = True
         return ExecutionFailed(f"{type(error).__name__}: {error}; sessions {sids} are poisoned "
                                "and must be closed", tuple(sids))
 
     def sample(self, sid: int, logits: np.ndarray, position: int) -> int:
         """Draw the token that will sit at `position` from logits [V]."""
-        state = self.sessions.get(sid)
-        s = state.sampling
+        session = self.sessions.get(sid)
+        s = session.sampling
         assert s is not None
-        uniform = 0.0 if s.is_greedy else positional_uniform(state.seed, position)
+        uniform = 0.0 if s.is_greedy else positional_uniform(session.seed, position)
         return sample_token(logits, s.temperature, s.top_p, s.top_k, uniform)
 
-    def _check_tokens(self, item: BatchInput) -> None:
+    def _check_tokens(self, item: BatchInput) -> tuple[int, ...]:
         tokens = item.tokens
         if not isinstance(tokens, (tuple, list)) or len(tokens) == 0:
             raise InvalidArgument(f"session {item.sid}: tokens must be a non-empty list")
@@ -204,12 +218,37 @@ class Executor:
             if not 0 <= token < self.vocab_size:
                 raise InvalidArgument(f"session {item.sid}: token {token} outside the "
                                       f"vocabulary 0..{self.vocab_size - 1}")
+        return tuple(int(t) for t in tokens)
+
+    def _check_span(self, item: BatchInput) -> None:
+        frontier = self.cache.pos(item.sid)
+        if item.position < 0:
+            raise InvalidArgument(f"session {item.sid}: negative position {item.position}")
+        if item.position > frontier:
+            raise InvalidArgument(f"session {item.sid}: position {item.position} is past "
+                                  f"its frontier {frontier}")
+        end = item.position + len(item.tokens)
+        if end > self.max_session_tokens:
+            raise InvalidArgument(f"session {item.sid}: tokens up to position {end} exceed "
+                                  f"the budget of {self.max_session_tokens} tokens")
+
+
+def load_parts(artifact: str | Path, backend: str, max_sessions: int, max_session_tokens: int,
+               threads: int | None) -> tuple:
+    """What an executor is made of, each checked: (folder, manifest, backend, target,
+    max_sessions, per-session token budget)."""
+    folder = Path(artifact)
+    manifest = Manifest.load(folder)
+    check_backend(backend, manifest.model.dtype, threads)
+    budget = check_limits(manifest, max_sessions, max_session_tokens)
+    engines = load_backend(backend, threads)
+    return folder, manifest, engines, TargetModel(folder, manifest, engines), max_sessions, budget
 
 
 def check_limits(manifest: Manifest, max_sessions: int, max_session_tokens: int) -> int:
     """Validate the session limits against the pool; returns the per-session token budget."""
-    _check_int("max_sessions", max_sessions)
-    _check_int("max_session_tokens", max_session_tokens)
+    max_sessions = _check_int("max_sessions", max_sessions)
+    max_session_tokens = _check_int("max_session_tokens", max_session_tokens)
     if max_sessions <= 0:
         raise InvalidArgument(f"max_sessions {max_sessions}: expected > 0")
     if max_session_tokens < 0:
@@ -233,6 +272,13 @@ def _int64(values: list[int]) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
 
 
-def _check_int(name: str, value: object) -> None:
+def _check_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidArgument(f"{name} {value!r}: expected an int")
+    return int(value)
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgument(f"{name} {value!r}: expected a bool")
+    return bool(value)

@@ -1,42 +1,82 @@
-"""Split a packed step into slices the target's methods can run.
+"""Split a packed step into rectangular pieces the target graph runs, and choose their shapes.
 
-Static widths first: a remainder that a static width holds runs at the narrowest static width
-that holds it (one padded slice, never split where a wider static method fits). What no static
-width holds runs on the dynamic method (up to its bound, unpadded) or, without one, in slices
-of the widest static width.
+A step feeds each of its inputs (runs) a few tokens of one sequence. The graph runs rectangles
+[S, Q]: S rows of Q tokens, one sequence per row. `plan_pieces` cuts every run into chunks of at
+most `max_width` tokens; chunk r of a run must follow chunk r - 1 (it reads the cells that chunk
+writes), so chunks run round by round, and within a round, chunks of equal length share a piece.
+Eight decodes and one prompt chunk are two pieces, [8, 1] and [1, 200]: no token is padded.
+
+`ShapePolicy` is how a backend pads a piece: not at all on the CPU; on a GPU, rows to a batch
+bucket, the width to a static width and the cells read to a power of two, so that each
+(rows, width, cells) bucket can replay one captured CUDA graph.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Slice:
-    offset: int  # first packed token of the slice
-    length: int  # real tokens in the slice
-    width: int  # tokens the method runs, padding included (== length when dynamic)
-    is_static: bool
+class Chunk:
+    run: int  # index of the input the tokens come from
+    start: int  # first token of the chunk within its run
+    count: int
 
 
-def plan_slices(total: int, static_widths: tuple[int, ...], dynamic_width: int = 0) -> list[Slice]:
-    assert total >= 0 and static_widths and list(static_widths) == sorted(set(static_widths))
-    assert dynamic_width == 0 or dynamic_width > static_widths[-1]
-    widest = static_widths[-1]
-    slices: list[Slice] = []
-    offset = 0
-    while offset < total:
-        remaining = total - offset
-        if remaining > widest and dynamic_width:
-            length = min(remaining, dynamic_width)
-            slices.append(Slice(offset, length, length, False))
-        elif remaining >= widest:
-            length = widest
-            slices.append(Slice(offset, length, widest, True))
-        else:
-            length = remaining
-            width = static_widths[bisect_left(static_widths, remaining)]
-            slices.append(Slice(offset, length, width, True))
-        offset += length
-    return slices
+@dataclass(frozen=True)
+class Piece:
+    width: int  # Q: every chunk of the piece has this many tokens
+    chunks: tuple[Chunk, ...]  # one row each, in input order
+
+
+def plan_pieces(lengths: Sequence[int], max_width: int) -> list[Piece]:
+    """Rectangular pieces covering every token of runs of `lengths` tokens exactly once."""
+    assert max_width > 0 and all(n > 0 for n in lengths)
+    pieces: list[Piece] = []
+    for start in range(0, max(lengths, default=0), max_width):
+        by_count: dict[int, list[Chunk]] = {}
+        for run, length in enumerate(lengths):
+            if start < length:
+                count = min(max_width, length - start)
+                by_count.setdefault(count, []).append(Chunk(run, start, count))
+        pieces += [Piece(count, tuple(chunks)) for count, chunks in by_count.items()]
+    return pieces
+
+
+@dataclass(frozen=True)
+class PieceShape:
+    rows: int  # S, padding rows included
+    width: int  # Q, padding tokens included
+    cells: int  # N, cells read per row
+    is_static: bool  # runs at a fixed shape (a CUDA graph may replay it)
+
+
+@dataclass(frozen=True)
+class ShapePolicy:
+    """Exact shapes (no static widths) or static buckets. A piece is static when its width fits
+    a static width and its rows a batch bucket; it then takes the narrowest of each and a
+    power-of-two number of cells (at least `min_cells`, at most `max_cells`)."""
+
+    static_widths: tuple[int, ...] = ()
+    batch_buckets: tuple[int, ...] = ()
+    min_cells: int = 64
+    max_cells: int = 0  # the largest cell bucket (the context bound); 0 = exact shapes only
+
+    def shape(self, rows: int, width: int, cells: int) -> PieceShape:
+        static_width = _bucket(width, self.static_widths)
+        static_rows = _bucket(rows, self.batch_buckets)
+        if static_width is None or static_rows is None or cells > self.max_cells:
+            return PieceShape(rows, width, cells, False)
+        return PieceShape(static_rows, static_width, self.cell_bucket(cells), True)
+
+    def cell_bucket(self, cells: int) -> int:
+        """The smallest power of two >= cells and >= min_cells, capped at max_cells."""
+        bucket = max(self.min_cells, 1 << max(0, cells - 1).bit_length())
+        return min(bucket, self.max_cells)
+
+
+def _bucket(value: int, buckets: tuple[int, ...]) -> int | None:
+    index = bisect_left(buckets, value)
+    return buckets[index] if index < len(buckets) else None

@@ -1,9 +1,11 @@
-"""The target model on an engine: its KV pools, its cell cache, and one packed forward.
+"""The target model over a backend: plan each piece of a step, run it, commit it.
 
-`TargetModel.forward` runs a packed step slice by slice (planner), commits each slice's keys
-and values into the cells the cache assigned, and returns the logits rows asked for and the
-taps. Callers validate before calling; an engine failure surfaces as `ExecutionFailed` after
-earlier slices were committed, so the caller must poison the sequences it touched.
+`TargetModel.forward` takes a packed step (one contiguous run of tokens per sequence), cuts it
+into rectangular pieces (planner), and for each: pads it as the backend's shape policy says,
+plans it on the cell cache, has the backend run it (the backend commits the keys and values),
+and commits the plan to the cache. It returns the logits rows asked for and the taps. Callers
+validate first; a failure surfaces as `ExecutionFailed` after earlier pieces were committed, so
+the caller must poison the sequences it touched.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from cellspec import artifact as names
-from cellspec.artifact import Manifest
-from cellspec.errors import InvalidArgument, InvalidArtifact
+from cellspec.artifact import LayerCache, Manifest
+from cellspec.errors import InvalidArtifact
+from cellspec.runtime.backend import Backend, Engine, TensorSpec
 from cellspec.runtime.cell_cache import PAD_SEQ, CellCache, StepPlan
-from cellspec.runtime.engine import load_engine
-from cellspec.runtime.planner import plan_slices
+from cellspec.runtime.planner import Piece, PieceShape, plan_pieces
 
 
 @dataclass(frozen=True)
@@ -37,104 +39,92 @@ class MethodStats:
 
 
 class TargetModel:
-    def __init__(self, folder: Path, manifest: Manifest, backend: str, threads: int | None):
-        self.manifest = manifest
-        self.engine = load_engine(folder / manifest.target.graph, backend, threads)
-        check_target_graph(manifest, self.engine.inputs, self.engine.outputs)
+    def __init__(self, folder: Path, manifest: Manifest, backend: Backend) -> None:
+        self.manifest, self.backend = manifest, backend
+        self.engine = backend.load_engine(folder / manifest.target.graph)
+        check_target_graph(manifest, self.engine)
         self.cache = CellCache(manifest.max_cells, manifest.window)
-        self.pools = make_pools(manifest.max_cells, manifest.target_cache,
-                                self.engine.inputs[names.k_pool(0)].dtype)
+        self.pools = backend.make_pools(manifest.max_cells, manifest.target_cache,
+                                        self.engine.inputs[names.k_pool(0)].dtype)
+        self.policy = backend.shape_policy(manifest)
+        self.max_width = manifest.max_step_width
         self.has_taps = bool(manifest.target.tap_layer_ids)
-        self.output_names = [names.LOGITS] + [
-            name(i) for i in range(manifest.model.num_layers) for name in (names.k_new, names.v_new)
-        ] + ([names.TAPS] if self.has_taps else [])
+        self.outputs = [names.LOGITS] + ([names.TAPS] if self.has_taps else [])
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
-
-    def forward(
-        self,
-        seq_ids: np.ndarray,
-        tokens: np.ndarray,
-        positions: np.ndarray,
-        logit_indices: np.ndarray,
-    ) -> ForwardResult:
-        """Run tokens [T] of seq_ids [T] at positions [T]; keep logits at logit_indices [R]."""
-        target = self.manifest.target
-        logits, taps = [], []
-        order = np.argsort(logit_indices, kind="stable")
-        sorted_rows = logit_indices[order]
-        for piece in plan_slices(tokens.size, target.static_widths, target.dynamic_width):
-            span = slice(piece.offset, piece.offset + piece.length)
-            pad = piece.width - piece.length if self.engine.pads_to_static_widths else 0
-            plan = self.cache.declare_step(
-                np.pad(seq_ids[span], (0, pad), constant_values=PAD_SEQ),
-                np.pad(positions[span], (0, pad)),
-            )
-            rows = sorted_rows[(sorted_rows >= piece.offset)
-                               & (sorted_rows < piece.offset + piece.length)]
-            method = f"static_{piece.length + pad}" if piece.is_static else "dynamic"
-            out = self._run(plan, np.pad(tokens[span], (0, pad)), rows - piece.offset, method)
-            self._commit(plan, out)
-            logits.append(out[names.LOGITS])
-            if self.has_taps:
-                taps.append(out[names.TAPS][0, : piece.length])
-        merged = np.concatenate(logits) if logits else np.zeros((0, self.vocab_size), np.float32)
-        result = np.empty_like(merged)
-        result[order] = merged
-        return ForwardResult(result, np.concatenate(taps) if self.has_taps else None)
 
     @property
     def vocab_size(self) -> int:
         return self.manifest.model.vocab_size
 
-    def _run(self, plan: StepPlan, tokens: np.ndarray, rows: np.ndarray, method: str) -> dict:
-        feeds = {
-            names.TOKENS: tokens[None, :],
-            names.POSITIONS: plan.positions,
-            names.LOGITS_ROWS: rows.astype(np.int64),
-            names.CELLS_READ: plan.cells_read,
-            names.ATTN_BIAS: plan.attn_bias,
-            **self.pools,
-        }
-        if plan.attn_bias_window is not None:
-            feeds[names.ATTN_BIAS_WINDOW] = plan.attn_bias_window
+    def forward(self, seq_ids: np.ndarray, tokens: np.ndarray,
+                logit_indices: np.ndarray) -> ForwardResult:
+        """Feed tokens [T] to seq_ids [T] (one contiguous run per sequence, continuing from its
+        frontier); keep the logits of the tokens at logit_indices [R]."""
+        starts = np.flatnonzero(np.r_[True, seq_ids[1:] != seq_ids[:-1]])
+        assert np.unique(seq_ids[starts]).size == starts.size, "one run per sequence"
+        lengths = np.diff(np.r_[starts, seq_ids.size])
+        logits = np.empty((logit_indices.size, self.vocab_size), np.float32)
+        taps = None
+        slot = np.full(seq_ids.size, -1, dtype=np.int64)  # token -> row-major slot in a piece
+        for piece in plan_pieces(lengths.tolist(), self.max_width):
+            index = np.stack([starts[c.run] + c.start + np.arange(piece.width)
+                              for c in piece.chunks])  # [S, Q] packed token of each slot
+            plan, shape = self._plan(piece, seq_ids[index[:, 0]])
+            slot[index] = (np.arange(index.shape[0])[:, None] * shape.width
+                           + np.arange(piece.width)[None, :])
+            here = np.flatnonzero(slot[logit_indices] >= 0)
+            out = self._run(plan, shape, tokens[index], slot[logit_indices[here]])
+            slot[index] = -1
+            self.cache.commit_step(plan)
+            logits[here] = out[names.LOGITS]
+            if self.has_taps:
+                width = out[names.TAPS].shape[-1]
+                taps = np.empty((seq_ids.size, width), out[names.TAPS].dtype) \
+                    if taps is None else taps
+                taps[index] = out[names.TAPS][: index.shape[0], : piece.width]
+        return ForwardResult(logits, taps)
+
+    def _plan(self, piece: Piece, seqs: np.ndarray) -> tuple[StepPlan, PieceShape]:
+        rows = len(piece.chunks)
+        longest = max(self.cache.pos(int(s)) for s in seqs)
+        shape = self.policy.shape(rows, piece.width, longest)
+        padding = shape.rows - rows
+        plan = self.cache.declare_step(np.r_[seqs, [PAD_SEQ] * padding],
+                                       np.r_[[piece.width] * rows, [0] * padding],
+                                       shape.width, shape.cells)
+        return plan, shape
+
+    def _run(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray,
+             rows: np.ndarray) -> dict[str, np.ndarray]:
+        padded = np.zeros((shape.rows, shape.width), np.int64)
+        padded[: tokens.shape[0], : tokens.shape[1]] = tokens
+        feeds = {names.TOKENS: padded, names.POSITIONS: plan.positions,
+                 names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask,
+                 names.LOGITS_ROWS: rows.astype(np.int64)}
+        if plan.attn_mask_window is not None:
+            feeds[names.ATTN_MASK_WINDOW] = plan.attn_mask_window
         start = time.perf_counter()
-        out = self.engine.run(feeds, self.output_names)
-        stats = self.stats[method]
+        out = self.backend.run(self.engine, self.pools, feeds, self.outputs, plan.cells)
+        kind = "static" if shape.is_static else "dynamic"
+        stats = self.stats[f"{kind} {shape.rows}x{shape.width}"]
         stats.calls += 1
-        stats.tokens += int(np.count_nonzero(plan.seq_ids != PAD_SEQ))
+        stats.tokens += int(plan.counts.sum())
         stats.seconds += time.perf_counter() - start
         return out
 
-    def _commit(self, plan: StepPlan, out: dict) -> None:
-        # Padding rows land in the scratch cell, which no sequence reads.
-        for i in range(self.manifest.model.num_layers):
-            self.pools[names.k_pool(i)][plan.cells] = out[names.k_new(i)]
-            self.pools[names.v_pool(i)][plan.cells] = out[names.v_new(i)]
-        self.cache.commit_step(plan)
 
-
-def make_pools(max_cells: int, layers, dtype) -> dict[str, np.ndarray]:
-    """Zeroed key and value pools, [max_cells, kv_heads, head_dim] per layer."""
-    num_bytes = sum(2 * max_cells * c.kv_heads * c.head_dim for c in layers)
-    num_bytes *= np.dtype(dtype).itemsize
-    try:
-        return {name(i): np.zeros((max_cells, c.kv_heads, c.head_dim), dtype=dtype)
-                for i, c in enumerate(layers) for name in (names.k_pool, names.v_pool)}
-    except MemoryError as error:
-        raise InvalidArgument(f"the KV pools of {max_cells} cells need {num_bytes / 2**30:.1f} "
-                              "GiB, more than this host can allocate: export with a smaller "
-                              "--max-cells") from error
-
-
-def check_target_graph(manifest: Manifest, inputs: dict, outputs: dict) -> None:
+def check_target_graph(manifest: Manifest, engine: Engine) -> None:
     """Refuse a graph whose inputs or outputs disagree with the manifest, naming the field."""
-    model = manifest.model
-    graph = manifest.target.graph
-    required = [names.TOKENS, names.POSITIONS, names.LOGITS_ROWS, names.CELLS_READ, names.ATTN_BIAS]
-    if manifest.window:
-        required.append(names.ATTN_BIAS_WINDOW)
+    model, graph = manifest.model, manifest.target.graph
+    inputs, outputs = engine.inputs, engine.outputs
+    required = [names.TOKENS, names.POSITIONS, names.LOGITS_ROWS, names.CELL_TABLE,
+                names.ATTN_MASK] + ([names.ATTN_MASK_WINDOW] if manifest.window else [])
     for name in required:
         _require(name in inputs, f"{graph}: input {name} missing")
+    pools = sorted(n for n in inputs if n.startswith("k_pool."))
+    _require(len(pools) == model.num_layers,
+             f"{graph}: {len(pools)} key pools, manifest field model.num_layers says "
+             f"{model.num_layers}")
     check_pools(graph, inputs, manifest.max_cells, manifest.target_cache, "target_cache")
     for i in range(len(manifest.target_cache)):
         for new in (names.k_new(i), names.v_new(i)):
@@ -144,6 +134,7 @@ def check_target_graph(manifest: Manifest, inputs: dict, outputs: dict) -> None:
     _require(not isinstance(vocab, int) or vocab == model.vocab_size,
              f"{graph}: logits width {vocab}, manifest field model.vocab_size says "
              f"{model.vocab_size}")
+    _check_dtype(graph, inputs[names.k_pool(0)], model.dtype)
     has_taps = names.TAPS in outputs
     _require(has_taps == bool(manifest.target.tap_layer_ids),
              f"{graph}: taps output {'present' if has_taps else 'missing'}, manifest field "
@@ -155,14 +146,23 @@ def check_target_graph(manifest: Manifest, inputs: dict, outputs: dict) -> None:
                  f"{graph}: taps width {width}, manifest says {expected}")
 
 
-def check_pools(graph: str, inputs: dict, max_cells: int, layers, field: str) -> None:
-    """Every layer's k/v pool input is [max_cells, kv_heads, head_dim] as the manifest says."""
+def check_pools(graph: str, inputs: dict[str, TensorSpec], max_cells: int,
+                layers: tuple[LayerCache, ...], field: str) -> None:
+    """Every layer's k/v pool input is [max_cells, kv_heads * head_dim] as the manifest says."""
     for i, layer in enumerate(layers):
-        expected = (max_cells, layer.kv_heads, layer.head_dim)
+        expected = (max_cells, layer.row_width)
         for pool in (names.k_pool(i), names.v_pool(i)):
             shape = inputs[pool].shape if pool in inputs else None
             _require(shape == expected, f"{graph}: input {pool} is {shape}, manifest fields "
                      f"max_cells/{field}[{i}] say {expected}")
+
+
+_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": None}
+
+
+def _check_dtype(graph: str, pool: TensorSpec, dtype: str) -> None:
+    _require(dtype in _DTYPES and pool.dtype == _DTYPES[dtype],
+             f"{graph}: pools hold {pool.dtype}, manifest field model.dtype says {dtype!r}")
 
 
 def _require(ok: bool, message: str) -> None:

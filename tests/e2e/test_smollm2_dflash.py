@@ -5,6 +5,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput, Sampling
 from tests.runtime.test_dflash_oracle import spec_decode
 
@@ -46,7 +47,8 @@ def test_speculation_equals_plain(smollm2_dflash_artifact, sampling, count):
     ids = [tokenizer.encode(p, add_special_tokens=False).ids for p in PROMPTS[:count]]
     spec = DFlashExecutor.load(smollm2_dflash_artifact, max_sessions=12)
     seeds = list(range(3, 3 + count))
-    plain = plain_decode(spec.executor, ids, sampling, seeds, STEPS + 4)
+    plain = plain_decode(Executor.load(smollm2_dflash_artifact, max_sessions=12), ids, sampling,
+                         seeds, STEPS + 4)
     sids = [spec.open_session() for _ in ids]
     for sid, seed in zip(sids, seeds):
         spec.set_sampling(sid, sampling, seed)
@@ -69,4 +71,4 @@ def test_speculation_equals_plain(smollm2_dflash_artifact, sampling, count):
         spec.close_session(branch)
     for sid in sids:
         spec.close_session(sid)
-    assert spec.executor.cache.num_used == 0 and spec.draft.cache.num_used == 0
+    assert spec.cache.num_used == 0 and spec.draft.cache.num_used == 0

@@ -25,7 +25,7 @@ from cellspec import artifact  # noqa: E402
 from cellspec.errors import InvalidCheckpoint  # noqa: E402
 from cellspec.export.arch import read_hparams  # noqa: E402
 from cellspec.export.draft import BLOCK_GRAPH, CONTEXT_GRAPH, export_draft  # noqa: E402
-from cellspec.export.target import EMBED_WEIGHT, LM_HEAD_WEIGHT  # noqa: E402
+from cellspec.export.target import EMBED_WEIGHT, LM_HEAD_WEIGHT, Embeddings  # noqa: E402
 from cellspec.export.weights import WeightStore  # noqa: E402
 from tests.reference.dflash_ref import DFlashDraftRef, draft_logits, make_config  # noqa: E402
 
@@ -78,12 +78,14 @@ def export_to(folder: Path, config: dict[str, Any], tensors: dict[str, np.ndarra
     with WeightStore(out) as store:
         store.add(EMBED_WEIGHT, embed)
         store.add(LM_HEAD_WEIGHT, head)
-        method, geometry = export_draft(draft_dir, target, store, out, max_cells=MAX_CELLS)
+        method, geometry = export_draft(draft_dir, target,
+                                        Embeddings(EMBED_WEIGHT, LM_HEAD_WEIGHT), store, out,
+                                        max_cells=MAX_CELLS, max_context=64)
     return out, method, geometry
 
 
 class Draft:
-    """The exported draft on ORT CPU with a numpy cell pool."""
+    """The exported draft on ORT CPU with numpy cell pools [MAX_CELLS, KV * D]."""
 
     def __init__(self, out: Path, num_layers: int, kv_heads: int, head_dim: int) -> None:
         def session(name: str) -> ort.InferenceSession:
@@ -91,25 +93,34 @@ class Draft:
 
         self.context, self.block = session(CONTEXT_GRAPH), session(BLOCK_GRAPH)
         self.num_layers = num_layers
-        shape = (MAX_CELLS, kv_heads, head_dim)
+        shape = (MAX_CELLS, kv_heads * head_dim)
         self.k_pool = [np.zeros(shape, np.float32) for _ in range(num_layers)]
         self.v_pool = [np.zeros(shape, np.float32) for _ in range(num_layers)]
 
     def commit(self, taps: np.ndarray, positions: np.ndarray, cells: np.ndarray) -> None:
+        """taps [C, W] at positions [C], as one row of a draft_context step."""
         names = [o.name for o in self.context.get_outputs()]
         outputs = dict(zip(names, self.context.run(None, {
-            artifact.HIDDEN: taps, artifact.POSITIONS: positions}), strict=True))
+            artifact.HIDDEN: taps[None], artifact.POSITIONS: positions[None]}), strict=True))
         for i in range(self.num_layers):
-            self.k_pool[i][cells] = outputs[artifact.k_new(i)]
-            self.v_pool[i][cells] = outputs[artifact.v_new(i)]
+            self.k_pool[i][cells] = outputs[artifact.k_new(i)][0]
+            self.v_pool[i][cells] = outputs[artifact.v_new(i)][0]
 
-    def run_block(self, tokens: np.ndarray, positions: np.ndarray, cells_read: np.ndarray,
-                  bias: np.ndarray) -> np.ndarray:
+    def run_block(self, tokens: np.ndarray, table: np.ndarray, lengths: list[int],
+                  num_visible: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Blocks tokens [O, B] at positions lengths[o].., each seeing the first
+        num_visible[o] cells of its cell_table row [O, N] and its whole block."""
+        owners, block = tokens.shape
+        positions = np.array([np.arange(n, n + block) for n in lengths])
+        mask = np.zeros((owners, 1, block, table.shape[1] + block), dtype=bool)
+        for o, visible in enumerate(num_visible):
+            mask[o, 0, :, :visible] = True
+            mask[o, 0, :, table.shape[1]:] = True
         feeds = {artifact.TOKENS: tokens, artifact.POSITIONS: positions,
-                 artifact.CELLS_READ: cells_read, artifact.ATTN_BIAS: bias}
+                 artifact.CELL_TABLE: table, artifact.ATTN_MASK: mask}
         for i in range(self.num_layers):
             feeds[artifact.k_pool(i)], feeds[artifact.v_pool(i)] = self.k_pool[i], self.v_pool[i]
-        return self.block.run([artifact.LOGITS], feeds)[0]
+        return tuple(self.block.run([artifact.LOGITS, artifact.PROPOSALS], feeds))
 
 
 @pytest.fixture
@@ -140,9 +151,9 @@ def test_method_and_geometry(setup):
     assert [o.name for o in draft.context.get_outputs()] == [
         "k_new.0", "v_new.0", "k_new.1", "v_new.1"]
     assert [i.name for i in draft.block.get_inputs()] == [
-        "tokens", "positions", "cells_read", "attn_bias", "k_pool.0", "v_pool.0", "k_pool.1",
+        "tokens", "positions", "cell_table", "attn_mask", "k_pool.0", "v_pool.0", "k_pool.1",
         "v_pool.1"]
-    assert [o.name for o in draft.block.get_outputs()] == [artifact.LOGITS]
+    assert [o.name for o in draft.block.get_outputs()] == [artifact.LOGITS, artifact.PROPOSALS]
 
 
 def test_one_owner_matches_reference(setup):
@@ -151,22 +162,20 @@ def test_one_owner_matches_reference(setup):
     taps = rng.normal(size=(context, NUM_TAPS * HIDDEN)).astype(np.float32)
     cells = rng.permutation(np.arange(1, MAX_CELLS))[:context + 3]
     draft.commit(taps, np.arange(context), cells[:context])
-    # three more cells in cells_read that the block must not see (stale keys)
+    # three more cells in the table that the block must not see (stale keys)
     draft.commit(rng.normal(size=(3, NUM_TAPS * HIDDEN)).astype(np.float32), np.arange(3),
                  cells[context:])
     tokens = np.array([[17, MASK, MASK, MASK]])
-    positions = np.arange(context, context + block)
-    bias = np.zeros((block, len(cells) + block), np.float32)
-    bias[:, context:len(cells)] = -np.inf
-    logits = draft.run_block(tokens, positions, cells, bias)
+    logits, proposals = draft.run_block(tokens, cells[None], [context], [context])
     want = reference(model, embed, head, taps, tokens[0], np.arange(context + block))
     assert logits.shape == (block, VOCAB) and logits.dtype == np.float32
     assert rel_err(logits, want) < 1e-4
+    assert proposals.tolist() == [np.argmax(logits, axis=-1).tolist()]
 
 
 def test_two_owners_in_one_block_call(setup):
-    """Owner a: 5 context rows drained in two draft_context calls; owner b: 9 rows in one. Their
-    cells interleave in cells_read; attn_bias keeps each block to its owner."""
+    """Owner a: 5 context rows drained in two draft_context calls; owner b: 9 rows in one. Each
+    block reads only its owner's row of the cell table; a's row is padded with b's cells."""
     model, draft, embed, head, method, rng = setup
     block, sizes = method.block_size, (5, 9)
     taps = [rng.normal(size=(n, NUM_TAPS * HIDDEN)).astype(np.float32) for n in sizes]
@@ -175,15 +184,9 @@ def test_two_owners_in_one_block_call(setup):
     draft.commit(taps[0][:3], np.arange(3), owned[0][:3])
     draft.commit(taps[0][3:], np.arange(3, 5), owned[0][3:])
     draft.commit(taps[1], np.arange(9), owned[1])
-    cells_read = rng.permutation(cells)
+    table = np.stack([np.r_[owned[0], owned[1][:4]], owned[1]])
     tokens = np.array([[40, MASK, MASK, MASK], [MASK, MASK, MASK, MASK]])
-    positions = np.concatenate([np.arange(n, n + block) for n in sizes])
-    bias = np.full((2 * block, len(cells_read) + 2 * block), -np.inf, np.float32)
-    for o in range(2):
-        rows = slice(o * block, (o + 1) * block)
-        bias[rows, :len(cells_read)][:, np.isin(cells_read, owned[o])] = 0.0
-        bias[rows, len(cells_read) + o * block:len(cells_read) + (o + 1) * block] = 0.0
-    logits = draft.run_block(tokens, positions, cells_read, bias)
+    logits, _ = draft.run_block(tokens, table, list(sizes), list(sizes))
     for o, n in enumerate(sizes):
         want = reference(model, embed, head, taps[o], tokens[o], np.arange(n + block))
         assert rel_err(logits[o * block:(o + 1) * block], want) < 1e-4

@@ -237,4 +237,4 @@ def test_graph_io_names():
     assert [i.name for i in model.graph.input] == ["logits", CANDIDATES, PARAMS]
     assert [o.name for o in model.graph.output] == [VERDICT]
     assert {op.domain for op in model.opset_import} == {""}
-    assert model.opset_import[0].version == 21
+    assert model.opset_import[0].version == 23

@@ -22,63 +22,88 @@ CONFIG = ExportConfig(static_widths=(1, 2, 4, 8), dynamic_width=16, max_cells=64
 
 
 class NumpyCache:
-    """One session's cells in pools filled with noise: the graph must read only cells_read."""
+    """Sequences' cells in pools filled with noise, cells handed out in random order; every
+    cell_table is padded with noise cells the mask hides: the graph must read only the cells
+    of each row's own sequence, in position order."""
 
     def __init__(self, manifest: Manifest, rng: np.random.Generator) -> None:
         self.manifest, self.rng = manifest, rng
         dtype = numpy_dtype(manifest.model.dtype)
         self.pools = {}
         for i, layer in enumerate(manifest.target_cache):
-            shape = (manifest.max_cells, layer.kv_heads, layer.head_dim)
+            shape = (manifest.max_cells, layer.kv_heads * layer.head_dim)
             for name in (artifact.k_pool(i), artifact.v_pool(i)):
                 self.pools[name] = rng.standard_normal(shape).astype(dtype)
         self.free = list(rng.permutation(np.arange(1, manifest.max_cells)))  # 0 = scratch
-        self.cell_pos: dict[int, int] = {}
+        self.cells: dict[int, list[int]] = {}
 
-    def bias(self, read: np.ndarray, positions: np.ndarray, window: int) -> np.ndarray:
-        """[T, N + T]: 0 where key position k is visible from query q, -inf elsewhere."""
-        keys = np.concatenate([[self.cell_pos[c] for c in read], positions]).astype(np.int64)
-        q, k = positions[:, None], keys[None, :]
-        visible = (k <= q) & ((q - k < window) if window else True)
-        return np.where(visible, 0.0, -np.inf).astype(np.float32)
+    def mask(self, lengths: list[int], counts: list[int], width: int, num_cells: int,
+             window: int) -> np.ndarray:
+        """[S, 1, Q, N + Q]: key position k visible from query position q iff k <= q (and
+        q - k < window), k < the row's frontier for read cells; padding sees itself."""
+        mask = np.zeros((len(lengths), 1, width, num_cells + width), dtype=bool)
+        for s, (length, count) in enumerate(zip(lengths, counts)):
+            for q in range(width):
+                if q >= count:
+                    mask[s, 0, q, num_cells + q] = True
+                    continue
+                keys = [(j, j) for j in range(length)]
+                keys += [(num_cells + u, length + u) for u in range(q + 1)]
+                for column, k in keys:
+                    mask[s, 0, q, column] = not window or length + q - k < window
+        return mask
 
-    def feeds(self, tokens: list[int], start: int) -> dict[str, np.ndarray]:
-        positions = np.arange(start, start + len(tokens), dtype=np.int64)
-        read = np.array(list(self.cell_pos), dtype=np.int64)
-        self.rng.shuffle(read)
-        feeds = {artifact.TOKENS: np.array([tokens], dtype=np.int64),
-                 artifact.POSITIONS: positions,
-                 artifact.LOGITS_ROWS: np.arange(len(tokens), dtype=np.int64),
-                 artifact.CELLS_READ: read,
-                 artifact.ATTN_BIAS: self.bias(read, positions, 0)}
+    def feeds(self, rows: list[tuple[int, list[int]]], noise: int = 3) -> dict[str, np.ndarray]:
+        lengths = [len(self.cells.setdefault(seq, [])) for seq, _ in rows]
+        counts = [len(tokens) for _, tokens in rows]
+        width, num_cells = max(counts), max(lengths) + noise
+        tokens = np.zeros((len(rows), width), np.int64)
+        positions = np.zeros((len(rows), width), np.int64)
+        table = self.rng.integers(0, self.manifest.max_cells, (len(rows), num_cells))
+        for s, (seq, ids) in enumerate(rows):
+            tokens[s, : len(ids)] = ids
+            positions[s, : len(ids)] = np.arange(lengths[s], lengths[s] + len(ids))
+            table[s, : lengths[s]] = self.cells[seq]
+        feeds = {artifact.TOKENS: tokens, artifact.POSITIONS: positions,
+                 artifact.CELL_TABLE: table,
+                 artifact.ATTN_MASK: self.mask(lengths, counts, width, num_cells, 0),
+                 artifact.LOGITS_ROWS: np.array([s * width + q for s in range(len(rows))
+                                                 for q in range(counts[s])], np.int64)}
         if self.manifest.window:
-            feeds[artifact.ATTN_BIAS_WINDOW] = self.bias(read, positions, self.manifest.window)
+            feeds[artifact.ATTN_MASK_WINDOW] = self.mask(lengths, counts, width, num_cells,
+                                                         self.manifest.window)
         return {**feeds, **self.pools}
 
-    def commit(self, outputs: dict[str, np.ndarray], positions: np.ndarray) -> None:
-        cells = [int(self.free.pop()) for _ in positions]
-        for i in range(len(self.manifest.target_cache)):
-            self.pools[artifact.k_pool(i)][cells] = outputs[artifact.k_new(i)]
-            self.pools[artifact.v_pool(i)][cells] = outputs[artifact.v_new(i)]
-        self.cell_pos.update(zip(cells, positions.tolist(), strict=True))
+    def commit(self, outputs: dict[str, np.ndarray], rows: list[tuple[int, list[int]]]) -> None:
+        for s, (seq, ids) in enumerate(rows):
+            cells = [int(self.free.pop()) for _ in ids]
+            for i in range(len(self.manifest.target_cache)):
+                self.pools[artifact.k_pool(i)][cells] = outputs[artifact.k_new(i)][s, : len(ids)]
+                self.pools[artifact.v_pool(i)][cells] = outputs[artifact.v_new(i)][s, : len(ids)]
+            self.cells[seq] += cells
 
 
-def run_steps(folder: Path, sequence: list[int], seed: int = 0) -> np.ndarray:
-    """Prompt step then one-token decode steps; returns the logits of every position."""
+def run_steps(folder: Path, sequences: list[list[int]], seed: int = 0) -> list[np.ndarray]:
+    """Each sequence's prompt, then one-token decode steps, every sequence a row of the same
+    steps; returns each sequence's logits at every position."""
     manifest = Manifest.load(folder)
     session = ort.InferenceSession(str(folder / manifest.target.graph),
                                    providers=["CPUExecutionProvider"])
     output_names = [o.name for o in session.get_outputs()]
     cache = NumpyCache(manifest, np.random.default_rng(seed))
-    steps = [(0, sequence[:PROMPT_LEN])]
-    steps += [(p, [sequence[p]]) for p in range(PROMPT_LEN, len(sequence))]
-    logits = []
-    for start, tokens in steps:
-        feeds = cache.feeds(tokens, start)
+    logits: list[list[np.ndarray]] = [[] for _ in sequences]
+    steps = [[(k, seq[:PROMPT_LEN]) for k, seq in enumerate(sequences)]]
+    steps += [[(k, [seq[p]]) for k, seq in enumerate(sequences)]
+              for p in range(PROMPT_LEN, len(sequences[0]))]
+    for rows in steps:
+        feeds = cache.feeds(rows)
         outputs = dict(zip(output_names, session.run(None, feeds), strict=True))
-        cache.commit(outputs, feeds[artifact.POSITIONS])
-        logits.append(outputs[artifact.LOGITS])
-    return np.concatenate(logits)
+        cache.commit(outputs, rows)
+        offset = 0
+        for k, (_, ids) in enumerate(rows):
+            logits[k].append(outputs[artifact.LOGITS][offset: offset + len(ids)])
+            offset += len(ids)
+    return [np.concatenate(rows) for rows in logits]
 
 
 def reference_logits(model, sequence: list[int]) -> np.ndarray:
@@ -99,11 +124,12 @@ def test_logits_match_transformers(tiny_checkpoint, tmp_path, name):
     manifest = export(folder, tmp_path / "artifact", CONFIG, progress=False)
     graph = tmp_path / "artifact" / TARGET_GRAPH
     onnx.checker.check_model(str(graph), full_check=True)
-    sequence = np.random.default_rng(1).integers(0, 256, PROMPT_LEN + DECODE_STEPS).tolist()
-    got = run_steps(tmp_path / "artifact", sequence)
-    want = reference_logits(model, sequence)
-    assert got.shape == want.shape == (len(sequence), 256)
-    assert relative_error(got, want) < 1e-4
+    # two sequences as two rows of every step: each must read only its own cells
+    sequences = np.random.default_rng(1).integers(0, 256, (2, PROMPT_LEN + DECODE_STEPS))
+    for got, sequence in zip(run_steps(tmp_path / "artifact", sequences.tolist()), sequences):
+        want = reference_logits(model, sequence.tolist())
+        assert got.shape == want.shape == (len(sequence), 256)
+        assert relative_error(got, want) < 1e-4
     assert Manifest.load(tmp_path / "artifact") == manifest
 
 
@@ -114,7 +140,7 @@ def test_window_and_manifest(tiny_checkpoint, tmp_path):
     assert manifest.model.architecture == "qwen3"
     assert manifest.max_cells == 64 and manifest.max_context == 128
     names = {i.name for i in onnx.load(str(tmp_path / "artifact" / TARGET_GRAPH)).graph.input}
-    assert artifact.ATTN_BIAS_WINDOW in names
+    assert artifact.ATTN_MASK_WINDOW in names
 
 
 def test_tied_embedding_stored_once(tiny_checkpoint, tmp_path):
@@ -139,7 +165,7 @@ def test_taps_are_layer_outputs(tiny_checkpoint, tmp_path):
     cache = NumpyCache(Manifest.load(tmp_path / "a"), np.random.default_rng(0))
     session = ort.InferenceSession(str(tmp_path / "a" / TARGET_GRAPH))
     sequence = list(range(3, 12))
-    (taps,) = session.run([artifact.TAPS], cache.feeds(sequence, 0))
+    (taps,) = session.run([artifact.TAPS], cache.feeds([(0, sequence)]))
     layer_outputs = {}
     for i, layer in enumerate(model.model.layers):  # HF's last hidden_states entry is normed
         layer.register_forward_hook(lambda _m, _a, out, i=i: layer_outputs.update({i: out}))
@@ -156,7 +182,7 @@ def test_float16_runs_on_cpu(tiny_checkpoint, tmp_path):
     export(folder, tmp_path / "artifact", config, progress=False)
     onnx.checker.check_model(str(tmp_path / "artifact" / TARGET_GRAPH), full_check=True)
     sequence = np.random.default_rng(1).integers(0, 256, PROMPT_LEN + DECODE_STEPS).tolist()
-    got = run_steps(tmp_path / "artifact", sequence)
+    [got] = run_steps(tmp_path / "artifact", [sequence])
     assert got.dtype == np.float32
     assert relative_error(got, reference_logits(model, sequence)) < 2e-2
 

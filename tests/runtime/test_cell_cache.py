@@ -16,22 +16,21 @@ class Model:
         self.seqs: dict[int, list[int]] = {}
         self.next_value = 0
 
-    def step(self, seq_ids: list[int]) -> None:
-        positions, counter = [], {}
-        for seq in seq_ids:
-            base = len(self.seqs[seq]) if seq != PAD_SEQ else 0
-            positions.append(base + counter.get(seq, 0))
-            counter[seq] = counter.get(seq, 0) + 1
-        plan = self.cache.declare_step(np.array(seq_ids), np.array(positions))
-        check_bias(self.cache, plan)
-        for seq, cell in zip(seq_ids, plan.cells):
-            self.next_value += 1
-            if seq == PAD_SEQ:
-                assert cell == self.cache.scratch_cell
-                continue
-            assert self.content[cell] == -1 or self.cache.cell_refs[cell] == 0
-            self.content[cell] = self.next_value
-            self.seqs[seq].append(self.next_value)
+    def step(self, seq_ids: list[int], counts: list[int], pad_width: int = 0,
+             pad_cells: int = 0) -> None:
+        width = max(counts) + pad_width
+        cells = max((len(self.seqs[s]) for s in seq_ids if s != PAD_SEQ), default=0) + pad_cells
+        plan = self.cache.declare_step(np.array(seq_ids), np.array(counts), width, cells)
+        check_plan(self.cache, plan)
+        for row, seq in enumerate(seq_ids):
+            for column, cell in enumerate(plan.cells[row]):
+                if seq == PAD_SEQ or column >= counts[row]:
+                    assert cell == self.cache.scratch_cell
+                    continue
+                assert self.content[cell] == -1 or self.cache.cell_refs[cell] == 0
+                self.next_value += 1
+                self.content[cell] = self.next_value
+                self.seqs[seq].append(self.next_value)
         self.cache.commit_step(plan)
 
     def verify(self) -> None:
@@ -41,25 +40,28 @@ class Model:
             assert self.content[self.cache.cells_of(seq)].tolist() == values
 
 
-def check_bias(cache: CellCache, plan) -> None:
-    """Brute force: token t sees read cell c iff its sequence sees c; step token u iff same
-    sequence and not later; padding sees only itself. Window: position distance < window."""
-    n = plan.cells_read.size
-    for t, (seq, pos) in enumerate(zip(plan.seq_ids, plan.positions)):
-        seen = set() if seq == PAD_SEQ else set(cache.seq_cells[int(seq)].tolist())
-        for j, cell in enumerate(plan.cells_read):
-            expect = cell in seen
-            assert (plan.attn_bias[t, j] == 0) == expect
-            if plan.attn_bias_window is not None:
-                near = expect and pos - cache.cell_pos[cell] < cache.window
-                assert (plan.attn_bias_window[t, j] == 0) == near
-        for u, (other, upos) in enumerate(zip(plan.seq_ids, plan.positions)):
-            expect = (u == t) if seq == PAD_SEQ else (other == seq and upos <= pos)
-            assert (plan.attn_bias[t, n + u] == 0) == expect
-            if plan.attn_bias_window is not None:
-                near = expect and pos - upos < cache.window
-                assert (plan.attn_bias_window[t, n + u] == 0) == near
-    assert np.all(np.isin(plan.attn_bias, [0, -np.inf]))
+def check_plan(cache: CellCache, plan, causal: bool = True) -> None:
+    """Brute force, token by token: a real token sees cell_table column j iff j < its
+    sequence's frontier, and its row's token u iff u is real and (not causal or u <= itself);
+    a padding token sees only itself. Window: 0 <= position distance < window."""
+    rows, width = plan.positions.shape
+    num_cells = plan.cell_table.shape[1]
+    assert plan.attn_mask.shape == (rows, 1, width, num_cells + width)
+    for s, seq in enumerate(plan.seq_ids.tolist()):
+        cells = [] if seq == PAD_SEQ else cache.seq_cells[seq].tolist()
+        assert plan.cell_table[s].tolist() == cells + [cache.scratch_cell] * (num_cells - len(cells))
+        for q in range(width):
+            real = q < plan.counts[s]
+            pos = len(cells) + q if real else 0
+            assert plan.positions[s, q] == pos
+            keys = [(j, j < len(cells) and real, j) for j in range(num_cells)]
+            keys += [(num_cells + u, (u < plan.counts[s] and (not causal or u <= q)) if real
+                      else u == q, plan.positions[s, u]) for u in range(width)]
+            for column, visible, key_pos in keys:
+                assert plan.attn_mask[s, 0, q, column] == visible, (s, q, column)
+                if plan.attn_mask_window is not None:
+                    near = visible and pos - key_pos < cache.window
+                    assert plan.attn_mask_window[s, 0, q, column] == near, (s, q, column)
 
 
 @pytest.mark.parametrize("window", [0, 3])
@@ -92,12 +94,14 @@ def test_random_operations_match_reference(seed, window):
             cache.rewind(seq, pos)
             model.seqs[seq] = model.seqs[seq][:pos]
         else:
-            chosen = rng.choice(live, size=min(3, len(live)), replace=False)
-            seq_ids = [int(s) for s in chosen for _ in range(int(rng.integers(1, 4)))]
-            seq_ids += [PAD_SEQ] * int(rng.integers(0, 3))
-            if len(seq_ids) - seq_ids.count(PAD_SEQ) > cache.num_free:
+            chosen = [int(s) for s in rng.choice(live, size=min(3, len(live)), replace=False)]
+            width = int(rng.integers(1, 4))
+            counts = [int(rng.integers(1, width + 1)) for _ in chosen]
+            pads = int(rng.integers(0, 3))
+            if sum(counts) > cache.num_free:
                 continue
-            model.step(seq_ids)
+            model.step(chosen + [PAD_SEQ] * pads, counts + [0] * pads,
+                       pad_width=int(rng.integers(0, 2)), pad_cells=int(rng.integers(0, 3)))
         model.verify()
     for seq in list(model.seqs):
         cache.seq_rm(seq)
@@ -110,13 +114,13 @@ def test_clone_shares_cells_and_rewind_frees_only_unshared():
     model = Model(cache)
     cache.seq_new(0)
     model.seqs[0] = []
-    model.step([0, 0, 0, 0, 0])
+    model.step([0], [5])
     assert cache.num_used == 5
     cache.seq_clone(0, 1, 3)
     model.seqs[1] = model.seqs[0][:3]
     assert cache.num_used == 5  # shared, nothing copied
     assert cache.cells_of(1).tolist() == cache.cells_of(0)[:3].tolist()
-    model.step([1, 1])
+    model.step([1], [2])
     assert cache.num_used == 7
     cache.rewind(0, 1)  # positions 1, 2 are still seen by seq 1
     model.seqs[0] = model.seqs[0][:1]
@@ -132,7 +136,7 @@ def test_clone_shares_cells_and_rewind_frees_only_unshared():
 def test_refusals_change_nothing():
     cache = CellCache(8)
     cache.seq_new(0)
-    plan = cache.declare_step(np.array([0, 0]), np.array([0, 1]))
+    plan = cache.declare_step(np.array([0]), np.array([2]))
     cache.commit_step(plan)
     before = cache.snapshot()
     bad = [
@@ -144,9 +148,13 @@ def test_refusals_change_nothing():
         lambda: cache.seq_clone(0, 0, 1),
         lambda: cache.rewind(0, 3),
         lambda: cache.rewind(0, -1),
-        lambda: cache.declare_step(np.array([0]), np.array([1])),  # does not continue
-        lambda: cache.declare_step(np.array([7]), np.array([0])),  # unknown seq
-        lambda: cache.declare_step(np.array([0] * 6), np.arange(2, 8)),  # 6 > 5 free cells
+        lambda: cache.declare_step(np.array([0, 0]), np.array([1, 1])),  # a sequence twice
+        lambda: cache.declare_step(np.array([7]), np.array([1])),  # unknown seq
+        lambda: cache.declare_step(np.array([0]), np.array([6])),  # 6 > 5 free cells
+        lambda: cache.declare_step(np.array([0]), np.array([0])),  # a row without tokens
+        lambda: cache.declare_step(np.array([PAD_SEQ]), np.array([1])),  # padding with tokens
+        lambda: cache.declare_step(np.array([0]), np.array([3]), width=2),  # too narrow
+        lambda: cache.declare_step(np.array([0]), np.array([1]), num_cells=1),  # reads 2
         lambda: cache.commit_step(plan),  # stale
     ]
     for call in bad:
@@ -159,9 +167,36 @@ def test_refusals_change_nothing():
 def test_scratch_cell_is_never_handed_out():
     cache = CellCache(4)
     cache.seq_new(0)
-    plan = cache.declare_step(np.array([0, 0, 0, PAD_SEQ]), np.array([0, 1, 2, 0]))
-    assert plan.cells.tolist() == [0, 1, 2, 3]
+    plan = cache.declare_step(np.array([0, PAD_SEQ]), np.array([3, 0]), width=4)
+    assert plan.cells.tolist() == [[0, 1, 2, 3], [3, 3, 3, 3]]
     cache.commit_step(plan)
     with pytest.raises(InvalidArgument, match="needs 1 cells, 0 are free"):
-        cache.declare_step(np.array([0]), np.array([3]))
+        cache.declare_step(np.array([0]), np.array([1]))
     cache.check()
+
+
+def test_rows_read_only_their_own_cells():
+    """Two sequences in one step: each row's table holds its own cells, nothing of the other's
+    (the attention of a batch costs what each row reads, not the union)."""
+    cache = CellCache(32)
+    for seq in (0, 1):
+        cache.seq_new(seq)
+    cache.commit_step(cache.declare_step(np.array([0, 1]), np.array([5, 2])))
+    plan = cache.declare_step(np.array([1, 0]), np.array([1, 1]))
+    assert plan.cell_table.tolist() == [[5, 6, 31, 31, 31], [0, 1, 2, 3, 4]]
+    assert plan.lengths.tolist() == [2, 5]
+    assert plan.positions.tolist() == [[2], [5]]
+    assert plan.attn_mask[:, 0, 0].tolist() == [[True, True, False, False, False, True],
+                                                [True, True, True, True, True, True]]
+
+
+def test_block_steps_are_read_only_and_not_causal():
+    cache = CellCache(16)
+    cache.seq_new(0)
+    cache.commit_step(cache.declare_step(np.array([0]), np.array([3])))
+    plan = cache.declare_step(np.array([0, PAD_SEQ]), np.array([4, 0]), causal=False,
+                              writes=False)
+    check_plan(cache, plan, causal=False)
+    assert np.all(plan.cells == cache.scratch_cell)
+    with pytest.raises(InvalidArgument, match="read-only"):
+        cache.commit_step(plan)

@@ -7,6 +7,7 @@ import pytest
 from cellspec.errors import InvalidArgument, InvalidCheckpoint
 from cellspec.export import export
 from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput, Sampling
 from tests.conftest import make_tiny_model
 from tests.reference.zlab_draft import write_random_draft
@@ -17,13 +18,19 @@ from .test_executor import prompts, run_alone
 SAMPLINGS = {"greedy": Sampling(), "sampled": Sampling(temperature=0.7, top_p=0.9)}
 
 
+def plain_executor(spec):
+    """A plain executor over the same artifact and limits as `spec`."""
+    return Executor.load(spec.folder, max_sessions=spec.max_sessions,
+                         max_session_tokens=spec.max_session_tokens)
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLINGS))
 @pytest.mark.parametrize("count", [1, 6])
 def test_speculation_equals_plain_decoding(dflash_artifact, name, count):
     spec = DFlashExecutor.load(dflash_artifact, max_sessions=8)
     sampling = SAMPLINGS[name]
     texts = prompts(count, seed=31)
-    plain = [run_alone(spec.executor, p, sampling, seed=70 + i, steps=24)
+    plain = [run_alone(plain_executor(spec), p, sampling, seed=70 + i, steps=24)
              for i, p in enumerate(texts)]
     sids = [spec.open_session() for _ in texts]
     for i, sid in enumerate(sids):
@@ -33,7 +40,7 @@ def test_speculation_equals_plain_decoding(dflash_artifact, name, count):
     assert spec.draft.stats["draft_context"].calls > 0
     for sid in sids:
         spec.close_session(sid)
-    assert spec.executor.cache.num_used == 0 and spec.draft.cache.num_used == 0
+    assert spec.cache.num_used == 0 and spec.draft.cache.num_used == 0
     spec.draft.cache.check()
 
 
@@ -41,27 +48,27 @@ def test_clone_and_rewind_keep_both_caches_in_step(dflash_artifact):
     spec = DFlashExecutor.load(dflash_artifact, max_sessions=4, n_draft=3)
     sampling = SAMPLINGS["sampled"]
     prompt = prompts(1, seed=4)[0]
-    plain = run_alone(spec.executor, prompt, sampling, seed=8, steps=40)
+    plain = run_alone(plain_executor(spec), prompt, sampling, seed=8, steps=40)
     sid = spec.open_session()
     spec.set_sampling(sid, sampling, seed=8)
     assert spec_decode(spec, [sid], [prompt], 12)[0] == plain[:12]
     upto = len(prompt) + 5
     branch = spec.clone(sid, upto)
-    assert spec.draft.cache.pos(branch) + len(spec.states[branch].hidden) == upto
+    assert spec.draft.cache.pos(branch) + len(spec.sessions.sessions[branch].draft.hidden) == upto
     tokens = [plain[5]]
     while len(tokens) < 16:
         out = spec.execute([BatchInput(branch, (tokens[-1],), spec.pos(branch))])[0]
         tokens.extend(out.tokens)
     assert tokens[:16] == plain[5:21]
     spec.rewind(sid, len(prompt) + 2)
-    assert spec.draft.cache.pos(sid) + len(spec.states[sid].hidden) == len(prompt) + 2
+    assert spec.draft.cache.pos(sid) + len(spec.sessions.sessions[sid].draft.hidden) == len(prompt) + 2
     again = [plain[2]]
     while len(again) < 12:
         out = spec.execute([BatchInput(sid, (again[-1],), spec.pos(sid))])[0]
         again.extend(out.tokens)
     assert again[:12] == plain[2:14]
     spec.draft.cache.check()
-    spec.executor.cache.check()
+    spec.cache.check()
 
 
 def test_bad_n_draft_and_target_only_artifact(dflash_artifact, tiny_artifact):
@@ -90,10 +97,10 @@ def test_mismatched_draft_is_refused(tmp_path, change, field):
 
 def dflash_snapshot(spec):
     states = {sid: (s.pending, [row.tobytes() for row in s.hidden])
-              for sid, s in spec.states.items()}
+              for sid, s in ((sid, s.draft) for sid, s in spec.sessions.sessions.items())}
     sessions = {sid: (s.sampling, s.seed, s.is_poisoned)
-                for sid, s in spec.executor.sessions.states.items()}
-    return spec.executor.cache.snapshot(), spec.draft.cache.snapshot(), states, sessions
+                for sid, s in spec.sessions.sessions.items()}
+    return spec.cache.snapshot(), spec.draft.cache.snapshot(), states, sessions
 
 
 def test_rejected_batch_leaves_both_caches_unchanged(dflash_artifact):
@@ -101,7 +108,7 @@ def test_rejected_batch_leaves_both_caches_unchanged(dflash_artifact):
     a, b = spec.open_session(), spec.open_session()
     spec.set_sampling(a, SAMPLINGS["sampled"], seed=1)
     spec_decode(spec, [a], [[5, 6, 7]], 6)  # a has a pending token and drained rows
-    pending = spec.states[a].pending
+    pending = spec.sessions.sessions[a].draft.pending
     before = dflash_snapshot(spec)
     bad = [
         [BatchInput(a, (pending,), spec.pos(a)), BatchInput(b, (1,), 0)],  # b has no sampling
@@ -115,7 +122,7 @@ def test_rejected_batch_leaves_both_caches_unchanged(dflash_artifact):
         with pytest.raises(InvalidArgument):
             spec.execute(batch)
         assert dflash_snapshot(spec) == before
-    spec.executor.cache.check()
+    spec.cache.check()
     spec.draft.cache.check()
 
 
@@ -132,13 +139,13 @@ def test_engine_failure_mid_cycle_poisons(dflash_artifact, monkeypatch):
 
     monkeypatch.setattr(spec.draft.block, "run", broken)
     with pytest.raises(ExecutionFailed, match="poisoned") as error:
-        spec.execute([BatchInput(a, (spec.states[a].pending,), spec.pos(a))])
+        spec.execute([BatchInput(a, (spec.sessions.sessions[a].draft.pending,), spec.pos(a))])
     assert error.value.poisoned == (a,)
     assert str(error.value).count("poisoned") == 1
     with pytest.raises(InvalidArgument, match="poisoned"):
         spec.execute([BatchInput(a, (1,), 0)])
     spec.close_session(a)
-    assert spec.executor.cache.num_used == 0 and spec.draft.cache.num_used == 0
+    assert spec.cache.num_used == 0 and spec.draft.cache.num_used == 0
 
 
 def test_draft_blocks_need_no_free_cells(dflash_artifact):
@@ -166,6 +173,7 @@ class Truth:
 
     def __init__(self, spec, reference, histories, seeds, rng):
         self.spec, self.reference, self.rng = spec, reference, rng
+        self.plain_runner = plain_executor(reference)
         self.histories, self.seeds = histories, seeds
 
     def propose(self, requests, n_draft):
@@ -180,7 +188,7 @@ class Truth:
         return np.asarray(rows, dtype=np.int64)
 
     def plain(self, tokens, seed, count):
-        executor = self.reference.executor
+        executor = self.plain_runner
         sid = executor.open_session()
         executor.set_sampling(sid, SAMPLINGS["sampled"], seed)
         row = [executor.execute([BatchInput(sid, tuple(tokens), 0)])[0].token]
@@ -193,7 +201,7 @@ class Truth:
 
 def check_draft_state(spec, reference, sid, history):
     """Both caches agree with the history, and the draft's keys equal a fresh replay's."""
-    assert spec.draft.cache.pos(sid) + len(spec.states[sid].hidden) == spec.pos(sid)
+    assert spec.draft.cache.pos(sid) + len(spec.sessions.sessions[sid].draft.hidden) == spec.pos(sid)
     assert spec.pos(sid) == len(history)
     if not history:
         return
@@ -203,8 +211,8 @@ def check_draft_state(spec, reference, sid, history):
     reference.execute([BatchInput(ref, tuple(history), 0, False)])
     reference._drain([ref])
     for name in ("k_pool.0", "v_pool.1"):
-        got = spec.draft.pools[name][spec.draft.cache.cells_of(sid)]
-        want = reference.draft.pools[name][reference.draft.cache.cells_of(ref)]
+        got = spec.draft.pools.arrays[name][spec.draft.cache.cells_of(sid)]
+        want = reference.draft.pools.arrays[name][reference.draft.cache.cells_of(ref)]
         np.testing.assert_allclose(got, want, atol=1e-5)
     reference.close_session(ref)
 
@@ -236,7 +244,7 @@ def test_random_operations_keep_the_draft_in_step(dflash_artifact, seed):
             spec.execute([BatchInput(sid, tokens, position, bool(rng.integers(2)))])
             histories[sid] = histories[sid][:position] + list(tokens)
         elif op == "spec":
-            pending = spec.states[sid].pending
+            pending = spec.sessions.sessions[sid].draft.pending
             if pending is None or frontier + 4 > 80:
                 continue
             expected = spec.proposer.plain(histories[sid] + [pending], seeds[sid], 4)
@@ -257,7 +265,7 @@ def test_random_operations_keep_the_draft_in_step(dflash_artifact, seed):
             continue
         for other, history in histories.items():
             check_draft_state(spec, reference, other, history)
-        spec.executor.cache.check()
+        spec.cache.check()
         spec.draft.cache.check()
     assert spec.stats.accepted > 0 and spec.stats.bonus > 0
     assert spec.stats.accepted < spec.stats.proposed

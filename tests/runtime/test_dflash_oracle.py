@@ -38,6 +38,13 @@ class Oracle:
         return np.asarray(rows, dtype=np.int64)
 
 
+def speculating(executor, proposer, n_draft=N_DRAFT):
+    """A DFlash executor over the same artifact and limits, proposing with `proposer`."""
+    return DFlashExecutor.load(executor.folder, max_sessions=executor.max_sessions,
+                               max_session_tokens=executor.max_session_tokens,
+                               proposer=proposer, n_draft=n_draft)
+
+
 def spec_decode(spec, sids, prompt_list, steps):
     """Prefill every session, then decode pending tokens until each has `steps` new tokens."""
     outs = spec.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, prompt_list)])
@@ -47,7 +54,7 @@ def spec_decode(spec, sids, prompt_list, steps):
         batch = [BatchInput(s, (produced[s][-1],), spec.pos(s)) for s in live]
         for out in spec.execute(batch):
             produced[out.sid].extend(out.tokens)
-        spec.executor.cache.check()
+        spec.cache.check()
     return [produced[s][:steps] for s in sids]
 
 
@@ -64,7 +71,7 @@ def test_oracle_speculation_equals_plain_decoding(make_executor, name, count):
     plain = [run_alone(executor, p, sampling, seed=40 + i, steps=STEPS + N_DRAFT + 2)
              for i, p in enumerate(texts)]
     oracle = Oracle({}, [None, 0, 2, None, 1, 3])
-    spec = DFlashExecutor(executor, None, oracle, n_draft=N_DRAFT)
+    spec = speculating(executor, oracle)
     sids = [spec.open_session() for _ in texts]
     for i, sid in enumerate(sids):
         spec.set_sampling(sid, sampling, seed=40 + i)
@@ -79,7 +86,7 @@ def test_oracle_speculation_equals_plain_decoding(make_executor, name, count):
     assert stats.tau == pytest.approx(1 + stats.accepted / stats.cycles)
     for sid in sids:
         spec.close_session(sid)
-    assert executor.cache.num_used == 0
+    assert spec.cache.num_used == 0
 
 
 def test_clone_and_rewind_in_the_middle(make_executor):
@@ -88,7 +95,7 @@ def test_clone_and_rewind_in_the_middle(make_executor):
     prompt = prompts(1, seed=21)[0]
     plain = run_alone(executor, prompt, sampling, seed=5, steps=40)
     oracle = Oracle({}, [None, 1])
-    spec = DFlashExecutor(executor, None, oracle, n_draft=N_DRAFT)
+    spec = speculating(executor, oracle)
     sid = spec.open_session()
     spec.set_sampling(sid, sampling, seed=5)
     oracle.truth[sid] = truth_by_position(prompt, plain)
@@ -113,12 +120,12 @@ def test_clone_and_rewind_in_the_middle(make_executor):
     assert produced == plain[:12]
     spec.close_session(sid)
     spec.close_session(branch)
-    executor.cache.check()
-    assert executor.cache.num_used == 0
+    spec.cache.check()
+    assert spec.cache.num_used == 0
 
 
 def test_n_draft_out_of_range_is_refused(make_executor):
     executor = make_executor()
     for bad in (1, 8, 0, 2.5, True):
         with pytest.raises(InvalidArgument, match="n_draft"):
-            DFlashExecutor(executor, None, Oracle({}, [None]), n_draft=bad)
+            speculating(executor, Oracle({}, [None]), n_draft=bad)

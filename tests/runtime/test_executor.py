@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from cellspec.runtime.planner import ShapePolicy
 from cellspec.runtime.types import BatchInput, Sampling
 
 GREEDY = Sampling()
@@ -115,22 +116,24 @@ def test_rewind_then_redecode_reproduces(make_executor):
     assert executor.cache.num_used == 0
 
 
-def test_padded_static_slices_write_only_the_scratch_cell(make_executor):
-    """As a GPU engine would: slices padded to their static width give the same tokens, and the
-    padding rows land in the scratch cell, which no session sees."""
-    texts = [[5, 6], [70, 8], [9]]  # 5 packed tokens pad to 8, then 3 per step pad to 4
+def test_padded_static_pieces_write_only_the_scratch_cell(make_executor):
+    """As a GPU backend would: pieces padded to static shapes (rows to a batch bucket, width to
+    a static width, cells to a power of two) give the same tokens, and the padding lands in the
+    scratch cell, which no session sees."""
+    texts = [[5, 6], [70, 8], [9]]  # pieces [2 x 2] -> [2 x 4] and [1 x 1]; then [3 x 1] -> 4
     unpadded = make_executor()
     expected = [run_alone(unpadded, p, SAMPLED, seed=i, steps=6) for i, p in enumerate(texts)]
     padded = make_executor()
-    padded.target.engine.pads_to_static_widths = True
+    padded.target.policy = ShapePolicy(static_widths=(1, 4), batch_buckets=(1, 2, 4),
+                                       min_cells=4, max_cells=64)
     scratch = padded.cache.scratch_cell
     sids = [padded.open_session() for _ in texts]
     for i, sid in enumerate(sids):
         padded.set_sampling(sid, SAMPLED, i)
     outs = padded.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
-    assert np.any(padded.target.pools["k_pool.0"][scratch] != 0)
+    assert np.any(padded.target.pools.arrays["k_pool.0"][scratch] != 0)
     firsts = [o.token for o in outs]
-    rest = decode(padded, sids, firsts, 5)  # 3 tokens per step pad to width 4
+    rest = decode(padded, sids, firsts, 5)  # 3 sessions per step pad to 4 rows
     assert [[f] + r for f, r in zip(firsts, rest)] == expected
     assert all(scratch not in padded.cache.cells_of(s) for s in sids)
-    assert set(padded.target.stats) >= {"static_4"}
+    assert set(padded.target.stats) == {"static 2x4", "static 1x1", "static 4x1"}

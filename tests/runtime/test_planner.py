@@ -1,40 +1,51 @@
+"""Pieces cover every token once, round by round; shapes pad to buckets only when static."""
+
+import itertools
+
 import pytest
 
-from cellspec.runtime.planner import plan_slices
-
-WIDTHS = (1, 2, 4, 8, 16, 32)
+from cellspec.runtime.planner import Chunk, Piece, PieceShape, ShapePolicy, plan_pieces
 
 
-@pytest.mark.parametrize("dynamic", [0, 64])
-def test_slices_cover_every_token_once(dynamic):
-    for total in range(1, 3 * WIDTHS[-1] + 1):
-        slices = plan_slices(total, WIDTHS, dynamic)
-        covered = [t for s in slices for t in range(s.offset, s.offset + s.length)]
-        assert covered == list(range(total)), total
-        for s in slices:
-            assert s.length <= s.width
-            if s.is_static:
-                assert s.width in WIDTHS
-                # the narrowest static width that holds the slice, never split where one fits
-                assert s.width == min(w for w in WIDTHS if w >= s.length)
-            else:
-                assert s.width == s.length and WIDTHS[-1] < s.length <= dynamic
-        if total <= WIDTHS[-1]:
-            assert len(slices) == 1 and slices[0].is_static
-        elif dynamic:
-            assert all(not s.is_static and s.length == dynamic for s in slices[:-1])
-            assert slices[-1].is_static == (slices[-1].length <= WIDTHS[-1])
-        else:
-            assert all(s.width == WIDTHS[-1] for s in slices[:-1])
+@pytest.mark.parametrize("max_width", [1, 3, 8])
+def test_pieces_cover_every_token_once_in_order(max_width):
+    for lengths in itertools.product([1, 2, 3, 7, 9], repeat=3):
+        pieces = plan_pieces(lengths, max_width)
+        seen = {run: [] for run in range(len(lengths))}
+        for piece in pieces:
+            assert len({c.run for c in piece.chunks}) == len(piece.chunks)  # a run once
+            for chunk in piece.chunks:
+                assert chunk.count == piece.width <= max_width
+                seen[chunk.run] += range(chunk.start, chunk.start + chunk.count)
+        # each run's tokens in order: a chunk runs after the chunk before it
+        assert seen == {run: list(range(n)) for run, n in enumerate(lengths)}
 
 
-def test_exact_plans():
-    def shape(total, dynamic=0):
-        return [(s.length, s.width, s.is_static) for s in plan_slices(total, WIDTHS, dynamic)]
+def test_exact_pieces():
+    assert plan_pieces([1, 1, 1], 256) == [Piece(1, (Chunk(0, 0, 1), Chunk(1, 0, 1),
+                                                     Chunk(2, 0, 1)))]
+    # decodes and a prompt chunk: two pieces, nothing padded
+    assert plan_pieces([1, 200, 1], 256) == [Piece(1, (Chunk(0, 0, 1), Chunk(2, 0, 1))),
+                                             Piece(200, (Chunk(1, 0, 200),))]
+    assert plan_pieces([600, 4], 256) == [
+        Piece(256, (Chunk(0, 0, 256),)), Piece(4, (Chunk(1, 0, 4),)),
+        Piece(256, (Chunk(0, 256, 256),)), Piece(88, (Chunk(0, 512, 88),))]
 
-    assert shape(5) == [(5, 8, True)]
-    assert shape(32) == [(32, 32, True)]
-    assert shape(40) == [(32, 32, True), (8, 8, True)]
-    assert shape(40, 64) == [(40, 40, False)]
-    assert shape(70, 64) == [(64, 64, False), (6, 8, True)]
-    assert shape(100, 64) == [(64, 64, False), (36, 36, False)]
+
+def test_exact_policy_never_pads():
+    policy = ShapePolicy()
+    for rows, width, cells in itertools.product([1, 3, 40], [1, 5, 300], [0, 7, 5000]):
+        assert policy.shape(rows, width, cells) == PieceShape(rows, width, cells, False)
+
+
+def test_static_policy_buckets():
+    policy = ShapePolicy(static_widths=(1, 4, 16), batch_buckets=(1, 2, 4, 8), min_cells=64,
+                         max_cells=1024)
+    assert policy.shape(3, 1, 10) == PieceShape(4, 1, 64, True)
+    assert policy.shape(8, 3, 65) == PieceShape(8, 4, 128, True)
+    assert policy.shape(1, 16, 1024) == PieceShape(1, 16, 1024, True)
+    assert policy.shape(9, 1, 10) == PieceShape(9, 1, 10, False)  # more rows than a bucket
+    assert policy.shape(1, 17, 10) == PieceShape(1, 17, 10, False)  # wider than static
+    assert policy.shape(1, 1, 1025) == PieceShape(1, 1, 1025, False)  # past the last bucket
+    assert [policy.cell_bucket(n) for n in (0, 1, 64, 65, 128, 129, 1000)] == [
+        64, 64, 64, 128, 128, 256, 1024]

@@ -13,8 +13,8 @@ from cellspec.runtime.types import BatchInput, Sampling
 
 def snapshot(executor):
     sessions = {sid: (s.sampling, s.seed, s.is_poisoned)
-                for sid, s in executor.sessions.states.items()}
-    pools = {name: pool.tobytes() for name, pool in executor.target.pools.items()}
+                for sid, s in executor.sessions.sessions.items()}
+    pools = {name: pool.tobytes() for name, pool in executor.target.pools.arrays.items()}
     return executor.cache.snapshot(), sessions, pools
 
 

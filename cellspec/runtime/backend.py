@@ -1,0 +1,104 @@
+"""The engine seam: a backend owns its engines and its KV pools and commits new keys/values.
+
+An **engine** is one graph of an artifact loaded on a backend, its tensors bound by name. A
+backend also owns the KV pools of each cell cache (one key and one value pool per layer,
+[max_cells, KV * D]) and commits a step's new keys and values into them itself: with numpy on
+the CPU, in place on a device. The models above (target, draft) only plan a step (the cell
+cache), `run` it here, and commit the plan to the cache; they never touch a pool.
+
+A backend also says how it pads a step (`shape_policy`): not at all on the CPU; to static
+buckets where a captured CUDA graph replays each shape.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cellspec import artifact as names
+from cellspec.artifact import LayerCache, Manifest
+from cellspec.errors import InvalidArgument
+from cellspec.runtime.planner import ShapePolicy
+
+BACKENDS = ("ort-cpu",)
+MAX_THREADS = 256
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int | str | None, ...]  # ints for static dims, names/None for dynamic ones
+    dtype: type | None  # numpy dtype, None when numpy has none (bfloat16)
+
+
+class Engine:
+    """One graph loaded on a backend."""
+
+    path: Path
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+
+
+class Pools:
+    """The key and value pools of one cell cache, owned by a backend."""
+
+    def __init__(self, layers: Sequence[LayerCache]) -> None:
+        self.layers = tuple(layers)
+
+    @property
+    def names(self) -> list[str]:
+        """The pool inputs of every layer: k_pool.0, v_pool.0, k_pool.1, ..."""
+        return [pool(i) for i in range(len(self.layers)) for pool in (names.k_pool, names.v_pool)]
+
+    @property
+    def new_names(self) -> list[str]:
+        """The graph outputs a writing step commits: k_new.0, v_new.0, ..."""
+        return [new(i) for i in range(len(self.layers)) for new in (names.k_new, names.v_new)]
+
+
+class Backend(ABC):
+    name: str
+
+    @abstractmethod
+    def load_engine(self, path: Path) -> Engine: ...
+
+    @abstractmethod
+    def make_pools(self, max_cells: int, layers: Sequence[LayerCache], dtype: type) -> Pools:
+        """Zeroed pools for a cache of `max_cells` cells."""
+
+    @abstractmethod
+    def run(self, engine: Engine, pools: Pools, feeds: dict[str, np.ndarray],
+            outputs: list[str], cells: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Run `engine` on host `feeds`, the pools bound where it reads them; with `cells`
+        ([S, Q], the plan's), commit the step's k_new/v_new there. Returns host `outputs`."""
+
+    def shape_policy(self, manifest: Manifest) -> ShapePolicy:
+        """How steps are padded: exact shapes unless the backend replays static ones."""
+        return ShapePolicy()
+
+
+def check_backend(backend: str, dtype: str, threads: int | None) -> None:
+    """Refuse, before anything loads, a backend, dtype or thread count that cannot run."""
+    if backend not in BACKENDS:
+        raise InvalidArgument(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if dtype == "bfloat16":
+        raise InvalidArgument("backend ort-cpu runs float32 and float16 artifacts; this one is "
+                              "bfloat16 (ONNX Runtime has no bfloat16 CPU kernels): export "
+                              "with --dtype float32 or float16")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 1 <= threads <= MAX_THREADS):
+        raise InvalidArgument(f"threads {threads!r}: expected an integer in 1..{MAX_THREADS} "
+                              "or None (all cores)")
+
+
+def load_backend(backend: str, threads: int | None = None) -> Backend:
+    """The backend named `backend` (checked by `check_backend` first)."""
+    from cellspec.runtime.ort_cpu import OrtCpuBackend
+
+    if backend != "ort-cpu":
+        raise InvalidArgument(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    return OrtCpuBackend(threads)

@@ -1,0 +1,109 @@
+"""The `ort-cpu` backend: ONNX Runtime's CPU provider, numpy pools committed by indexing."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from cellspec.artifact import LayerCache
+from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
+from cellspec.runtime.backend import Backend, Engine, Pools, TensorSpec
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(bool)": np.bool_,
+    "tensor(bfloat16)": None,
+}
+QUIET = 4  # ONNX Runtime's log severity "fatal": its own lines never reach the user's terminal
+
+
+class OrtCpuEngine(Engine):
+    """An ONNX Runtime CPU session over one graph of an artifact."""
+
+    def __init__(self, path: Path, threads: int | None) -> None:
+        import onnxruntime as ort
+
+        if not path.is_file():
+            raise InvalidArtifact(f"{path}: graph file missing")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        options.log_severity_level = QUIET
+        # Spinning pool threads keep a core busy after each run; with several sessions (target,
+        # draft) alternating on few cores they starve each other.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self.session = ort.InferenceSession(
+                str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # ORT raises its own untyped errors for corrupt graphs
+            raise InvalidArtifact(f"{path}: ONNX Runtime cannot load it: {error}") from error
+        self.run_options = ort.RunOptions()
+        self.run_options.log_severity_level = QUIET
+        self.path = path
+        self.inputs = {i.name: _spec(i) for i in self.session.get_inputs()}
+        self.outputs = {o.name: _spec(o) for o in self.session.get_outputs()}
+
+    def run(self, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+        try:
+            values = self.session.run(names, feeds, self.run_options)
+        except Exception as error:  # the engine call failed: the caller poisons what it touched
+            raise ExecutionFailed(f"{self.path.name}: ONNX Runtime run failed: {error}") from error
+        return dict(zip(names, values))
+
+
+class HostPools(Pools):
+    """numpy pools, [max_cells, KV * D] per layer, fed to every engine that reads them."""
+
+    def __init__(self, max_cells: int, layers: Sequence[LayerCache], dtype: type) -> None:
+        super().__init__(layers)
+        size = sum(2 * max_cells * c.row_width for c in layers) * np.dtype(dtype).itemsize
+        try:
+            self.arrays = {name: np.zeros((max_cells, layer.row_width), dtype=dtype)
+                           for layer, pair in zip(layers, _pairs(self.names)) for name in pair}
+        except MemoryError as error:
+            raise InvalidArgument(f"the KV pools of {max_cells} cells need {size / 2**30:.1f} "
+                                  "GiB, more than this host can allocate: export with a "
+                                  "smaller --max-cells") from error
+
+    def commit(self, cells: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        """pool[cells[s, q]] = new[s, q] for every layer; padding lands in the scratch cell."""
+        flat = cells.reshape(-1)
+        for pool, new in zip(self.names, self.new_names):
+            values = out[new]
+            self.arrays[pool][flat] = values.reshape(flat.size, values.shape[-1])
+
+
+class OrtCpuBackend(Backend):
+    name = "ort-cpu"
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads
+
+    def load_engine(self, path: Path) -> OrtCpuEngine:
+        return OrtCpuEngine(path, self.threads)
+
+    def make_pools(self, max_cells: int, layers: Sequence[LayerCache], dtype: type) -> HostPools:
+        return HostPools(max_cells, layers, dtype)
+
+    def run(self, engine: Engine, pools: Pools, feeds: dict[str, np.ndarray],
+            outputs: list[str], cells: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        assert isinstance(engine, OrtCpuEngine) and isinstance(pools, HostPools)
+        bound = {name: array for name, array in pools.arrays.items() if name in engine.inputs}
+        wanted = outputs + (pools.new_names if cells is not None else [])
+        out = engine.run({**feeds, **bound}, wanted)
+        if cells is not None:
+            pools.commit(cells, out)
+        return {name: out[name] for name in outputs}
+
+
+def _pairs(items: list[str]) -> list[tuple[str, str]]:
+    return list(zip(items[::2], items[1::2]))
+
+
+def _spec(arg) -> TensorSpec:
+    return TensorSpec(arg.name, tuple(arg.shape), _ORT_TYPES.get(arg.type))
