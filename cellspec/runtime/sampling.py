@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from cellspec.runtime.sampling_head import draw_large
+from cellspec.runtime.sampling_values import draw_sorted, draw_top_values
+
 _MASK64 = (1 << 64) - 1
+_EXACT_MAX = 4096  # kept sets up to this many ranks: partition and sort their values
 
 
 def splitmix64(value: int) -> int:
@@ -40,25 +44,47 @@ def argmax_token(logits: np.ndarray) -> int:
 def sample_token(
     logits: np.ndarray, temperature: float, top_p: float, top_k: int, uniform: float
 ) -> int:
-    """logits: [V] float32 -> one token id by the rule in the module docstring."""
+    """logits: [V] float32 -> one token id by the rule in the module docstring.
+
+    Bit for bit the rule computed on the full stable order of the vocabulary, without that sort:
+    from the sorted values of small top-k sets, else from the head of the order that decides the
+    draw (cellspec.runtime.sampling_values and sampling_head say why each step is exact)."""
     if temperature == 0.0:
         return argmax_token(logits)
-    scaled = logits.astype(np.float32) / np.float32(temperature)
-    order = np.argsort(-scaled, kind="stable")  # descending, ties by lower id
-    if 0 < top_k < order.size:
-        order = order[:top_k]
-    kept = scaled[order]
-    # exp and its sum in float64, rounded to float32: the sample graph computes the same, so
-    # host and graph draws agree bit for bit (float32 exp differs by an ulp across libraries)
-    probs = np.exp((kept - kept[0]).astype(np.float64)).astype(np.float32)
-    probs /= np.float32(probs.sum(dtype=np.float64))
-    exclusive = np.cumsum(probs, dtype=np.float32) - probs
-    keep = exclusive < np.float32(top_p)
-    keep[0] = True
-    probs = probs[keep]
-    cdf = np.cumsum(probs, dtype=np.float32)
-    index = int(np.searchsorted(cdf, np.float32(uniform) * cdf[-1], side="right"))
-    return int(order[min(index, probs.size - 1)])
+    scaled = np.asarray(logits, np.float32) / np.float32(temperature)
+    return draw_token(scaled, top_p, top_k, uniform)
+
+
+def sample_tokens(logits: np.ndarray, temperature: float | np.ndarray, top_p: float | np.ndarray,
+                  top_k: int | np.ndarray, uniforms: float | np.ndarray) -> np.ndarray:
+    """logits: [R, V]; temperature, top_p, top_k, uniforms: scalars or [R] -> tokens [R] int64,
+    row i as sample_token(logits[i], temperature[i], top_p[i], top_k[i], uniforms[i]). Greedy
+    rows take one argmax together; the others are drawn one by one (a row's cost is O(V) numpy
+    work whose few calls batching would not save)."""
+    logits = np.asarray(logits)
+    rows = logits.shape[0]
+    temperature, top_p, top_k, uniforms = (np.broadcast_to(x, (rows,))
+                                           for x in (temperature, top_p, top_k, uniforms))
+    tokens = np.empty(rows, np.int64)
+    greedy = temperature == 0.0
+    if greedy.any():
+        tokens[greedy] = np.argmax(logits[greedy], axis=1)
+    for i in np.flatnonzero(~greedy):
+        tokens[i] = sample_token(logits[i], temperature[i], top_p[i], int(top_k[i]), uniforms[i])
+    return tokens
+
+
+def draw_token(scaled: np.ndarray, top_p: float, top_k: int, uniform: float, *,
+               exact_max: int = _EXACT_MAX) -> int:
+    """scaled: [V] float32 logits / temperature -> the token. Kept sets of up to `exact_max`
+    ranks are sorted whole (by value); larger ones go through the head."""
+    first = int(np.argmax(scaled))  # rank 0 (np.argmax takes a NaN as the maximum)
+    if not np.isfinite(scaled[first]):  # NaN, +inf, or every logit -inf
+        return draw_sorted(scaled, top_p, top_k, uniform)
+    count = top_k if 0 < top_k < scaled.size else scaled.size
+    if count <= exact_max:
+        return draw_top_values(scaled, first, count, top_p, uniform)
+    return draw_large(scaled, first, count, top_p, uniform)
 
 
 def accept_count(proposals: np.ndarray, targets: np.ndarray) -> int:
