@@ -29,6 +29,7 @@ ATTN_MASK = "attn_mask"  # bool [S, 1, Q, N + Q], True where [cell_table[s] ; ro
 ATTN_MASK_WINDOW = "attn_mask_window"  # as attn_mask, for sliding-window layers
 LOGITS_ROWS = "logits_rows"  # int64 [R], indices into the S * Q tokens, row-major
 LOGITS = "logits"  # float32 [R, V]
+GREEDY = "greedy"  # int64 [R], the argmax of each logits row
 TAPS = "taps"  # [S, Q, n_taps * hidden]
 HIDDEN = "hidden"  # draft_context input: [S, Q, n_taps * hidden]
 PROPOSALS = "proposals"  # draft_block output: int64 [O, block], the argmax of every row

@@ -45,9 +45,9 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     try:
         max_context = config.resolved_max_context(hp.max_position_embeddings)
         with WeightStore(out) as store:
-            model, embeddings = make_target_graph(hp, ckpt.tensors, store, config.dtype,
-                                                  config.resolved_max_cells, max_context,
-                                                  config.taps, progress)
+            model, embeddings = make_target_graph(
+                hp, ckpt.tensors, store, config.dtype, config.resolved_max_cells, max_context,
+                config.taps, progress, config.quantize, config.accuracy_level)
             drafted = None if draft_ckpt is None else export_draft(
                 draft_ckpt, hp, embeddings, store, out, dtype=config.dtype,
                 max_cells=config.resolved_max_cells, max_context=max_context)

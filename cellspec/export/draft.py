@@ -44,7 +44,14 @@ from cellspec.export.graph import (
     make_skip_rms_norm,
     make_split,
 )
-from cellspec.export.layers import LayerSpec, StepTensors, Weights, make_layer, make_layer_weights
+from cellspec.export.layers import (
+    LayerSpec,
+    StepTensors,
+    Weights,
+    borrow,
+    make_layer,
+    make_layer_weights,
+)
 from cellspec.export.target import Embeddings
 from cellspec.export.weights import WeightStore
 
@@ -112,7 +119,7 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
         g.input(names.v_pool(i), dtype, [max_cells, hp.num_kv_heads * hp.head_dim])
     step = StepTensors(names.POSITIONS, names.CELL_TABLE, names.ATTN_MASK, None,
                        make_rope_caches(g, rope_inv_freq(hp), max_positions))
-    x = make_embedding(g, g.weight(store.get(embeddings.table)), names.TOKENS)
+    x = make_embedding(g, borrow(g, store, embeddings.table), names.TOKENS)
     residual, spec = None, _layer_spec(hp)
     for i in range(hp.num_layers):
         weights = make_layer_weights(w, spec, f"layers.{i}.")
@@ -121,9 +128,7 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
     normed, _ = make_skip_rms_norm(g, x, residual, w.plain("norm.weight", (hp.hidden_size,)),
                                    hp.rms_eps, "/norm")
     flat = g.node("Reshape", [normed, g.const([-1, hp.hidden_size])], name="/rows/Flat")
-    head = embeddings.head if not isinstance(embeddings.head, str) \
-        else g.weight(store.get(embeddings.head))
-    logits = make_lm_head(g, flat, head)
+    logits = make_lm_head(g, flat, borrow(g, store, embeddings.head))
     g.output(logits, names.LOGITS, "float32", [f"O * {block}", target.vocab_size])
     best = g.node("ArgMax", [logits], name="/proposals/ArgMax", axis=1, keepdims=0,
                   select_last_index=0)

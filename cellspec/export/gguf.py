@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +60,15 @@ def find_bundled_gguf() -> Path:
 
 
 def load_gguf(path: str | Path) -> Checkpoint:
-    """Read a llama GGUF: config, float32 tensors in Hugging Face names, tokenizer, template."""
+    """Read a llama GGUF: config, tensors in Hugging Face names (GgufTensors: float32 or
+    blocks, read on access), tokenizer, template."""
     path = Path(path)
     reader = _open(path)
     metadata = {key: field.contents() for key, field in reader.fields.items()}
     config = _config(metadata, {tensor.name for tensor in reader.tensors}, path)
     return Checkpoint(
         config=config,
-        tensors=_read_tensors(reader, config, path),
+        tensors=GgufTensors(reader, config, path),
         tokenizer_json=make_tokenizer_json(metadata),
         chat_template=metadata.get("tokenizer.chat_template"),
         name=path.name.removesuffix(".gguf"),
@@ -195,29 +197,49 @@ def hf_tensor_name(gguf_name: str) -> str | None:
     return None if template is None else template.format(i=int(match[1]))
 
 
-def _read_tensors(reader: Any, config: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
-    """Every tensor as float32 [out, in] under its Hugging Face name, shapes checked first."""
-    expected = _expected_shapes(config)
-    tensors = {}
-    for tensor in reader.tensors:
-        name = hf_tensor_name(tensor.name)
-        if name not in expected:
-            raise InvalidCheckpoint(f"{path}: GGUF tensor {tensor.name!r} is not a llama weight")
-        values = _dequantize(tensor, path)
-        if values.shape != expected[name]:
-            shape = expected[name]
-            raise InvalidCheckpoint(
-                f"{path}: tensor {tensor.name!r} has shape {values.shape}, expected {shape}"
-            )
-        if name.endswith("q_proj.weight"):
-            values = unpermute_rows(values, config["num_attention_heads"])
-        elif name.endswith("k_proj.weight"):
-            values = unpermute_rows(values, config["num_key_value_heads"])
-        tensors[name] = values
-    missing = sorted(expected.keys() - tensors.keys())
-    if missing:
-        raise InvalidCheckpoint(f"{path}: {len(missing)} tensors missing, first {missing[0]}")
-    return tensors
+class GgufTensors(Mapping[str, np.ndarray]):
+    """The GGUF's tensors by Hugging Face name, checked against the config when opened and read
+    on access: as float32 [out, in] (`[name]`, dequantized) or as their own quantized blocks
+    (`blocks(name)`, None for a float tensor); q/k rows un-permuted either way."""
+
+    def __init__(self, reader: Any, config: dict[str, Any], path: Path) -> None:
+        self.config, self.path = config, path
+        expected = _expected_shapes(config)
+        self._tensors = {}
+        for tensor in reader.tensors:
+            name = hf_tensor_name(tensor.name)
+            if name not in expected:
+                raise InvalidCheckpoint(f"{path}: GGUF tensor {tensor.name!r} is not a llama "
+                                        "weight")
+            shape = tuple(reversed(tensor.shape.tolist()))  # ne = [in, out]: [out, in]
+            if shape != expected[name]:
+                raise InvalidCheckpoint(f"{path}: tensor {tensor.name!r} has shape {shape}, "
+                                        f"expected {expected[name]}")
+            self._tensors[name] = tensor
+        missing = sorted(expected.keys() - self._tensors.keys())
+        if missing:
+            raise InvalidCheckpoint(f"{path}: {len(missing)} tensors missing, first {missing[0]}")
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._unpermuted(name, _dequantize(self._tensors[name], self.path))
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def blocks(self, name: str) -> BlockQuantized | None:
+        quantized = from_gguf_tensor(self._tensors[name])
+        return None if quantized is None else self._unpermuted(name, quantized)
+
+    def _unpermuted(self, name: str, matrix):
+        for suffix, heads in _PERMUTED_HEADS.items():
+            if name.endswith(suffix):
+                rows = unpermute_rows(np.arange(matrix.shape[0]), self.config[heads])
+                return matrix.take_rows(rows) if isinstance(matrix, BlockQuantized) \
+                    else matrix[rows]
+        return matrix
 
 
 def _dequantize(tensor: Any, path: Path) -> np.ndarray:

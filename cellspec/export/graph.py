@@ -27,15 +27,19 @@ CONTRIB = "com.microsoft"
 
 @dataclass(frozen=True)
 class QuantLinear:
-    """A block-quantized [in, out] projection as MatMulNBits consumes it (export/quant.py)."""
+    """A block-quantized [in, out] projection as MatMulNBits consumes it (export/quant.py and
+    quant_graph.py name the initializers `{prefix}.qweight`, `.scales`, `.zero_points`,
+    `.offsets`)."""
 
-    qweight: str  # uint8 [N, K / block, block * bits / 8]
-    scales: str  # [N * K / block], the activation dtype
-    zero_points: str  # 4-bit: [N * K / block] activation dtype; 8-bit: uint8
+    prefix: str
     in_features: int  # K
     out_features: int  # N
     bits: int
     block_size: int
+    has_offsets: bool  # Q4_1's per-block minimum: y += (block sums of x) @ offsets
+
+    def initializer(self, suffix: str) -> str:
+        return f"{self.prefix}.{suffix}"
 
 
 Linear = str | QuantLinear  # a dense [in, out] initializer name, or 4/8-bit blocks
@@ -106,19 +110,38 @@ class GraphBuilder:
 
 
 def make_linear(g: GraphBuilder, x: str, weight: Linear, name: str, bias: str | None = None,
-                out: str | None = None) -> str:
-    """x [..., in] @ weight [in, out] (+ bias [out]) -> [..., out]."""
+                out: str | None = None, rank: int = 3) -> str:
+    """x [..., in] (of rank `rank`) @ weight [in, out] (+ bias [out]) -> [..., out]."""
     outputs = [out] if out and bias is None else None
     if isinstance(weight, QuantLinear):
-        y = g.node("MatMulNBits", [x, weight.qweight, weight.scales, weight.zero_points],
-                   name=f"{name}/MatMulNBits", outputs=outputs, domain=CONTRIB,
-                   K=weight.in_features, N=weight.out_features, bits=weight.bits,
-                   block_size=weight.block_size, accuracy_level=g.accuracy_level)
+        y = make_matmul_nbits(g, x, weight, name, outputs, rank)
     else:
         y = g.node("MatMul", [x, weight], name=f"{name}/MatMul", outputs=outputs)
     if bias is None:
         return y
     return g.node("Add", [y, bias], name=f"{name}/Add", outputs=[out] if out else None)
+
+
+def make_matmul_nbits(g: GraphBuilder, x: str, weight: QuantLinear, name: str,
+                      outputs: list[str] | None = None, rank: int = 3) -> str:
+    """x [..., K] @ the blocks [K, N]. Q4_1 blocks (W = d * q + m) keep their minimum m as
+    `offsets` [num_blocks, N]: y = MatMulNBits(x) + (x summed per block of K) @ offsets, which
+    is exact where a float zero point -m / d is not, and keeps ONNX Runtime's packed kernel."""
+    w = weight.initializer
+    inputs = [x, w("qweight"), w("scales"), w("zero_points")]
+    y = g.node("MatMulNBits", inputs, name=f"{name}/MatMulNBits",
+               outputs=None if weight.has_offsets else outputs, domain=CONTRIB,
+               K=weight.in_features, N=weight.out_features, bits=weight.bits,
+               block_size=weight.block_size, accuracy_level=g.accuracy_level)
+    if not weight.has_offsets:
+        return y
+    blocks = weight.in_features // weight.block_size
+    split = g.node("Reshape", [x, g.const([0] * (rank - 1) + [blocks, weight.block_size])],
+                   name=f"{name}/blocks/Reshape")
+    sums = g.node("ReduceSum", [split, g.const([-1])], name=f"{name}/blocks/ReduceSum",
+                  keepdims=0)
+    shift = g.node("MatMul", [sums, w("offsets")], name=f"{name}/offsets/MatMul")
+    return g.node("Add", [y, shift], name=f"{name}/offsets/Add", outputs=outputs)
 
 
 def make_split(g: GraphBuilder, x: str, sizes: list[int], name: str,
@@ -210,16 +233,25 @@ def make_mlp(g: GraphBuilder, x: str, gate_up: Linear, down: Linear, inter: int,
     return make_linear(g, hidden, down, f"{name}/down_proj", b_down)
 
 
-def make_embedding(g: GraphBuilder, table: str, tokens: str, name: str = "/embed_tokens") -> str:
-    """table [V, H] rows of tokens [...] -> [..., H]."""
-    return g.node("Gather", [table, tokens], name=f"{name}/Gather", axis=0)
+def make_embedding(g: GraphBuilder, table: Linear, tokens: str, name: str = "/embed_tokens"
+                   ) -> str:
+    """table [V, H] rows of tokens [S, Q] -> [S, Q, H]; 8-bit blocks through
+    GatherBlockQuantized (which yields [S, Q, H / block, block])."""
+    if not isinstance(table, QuantLinear):
+        return g.node("Gather", [table, tokens], name=f"{name}/Gather", axis=0)
+    w = table.initializer
+    rows = g.node("GatherBlockQuantized", [w("qweight"), tokens, w("gather_scales"),
+                                           w("gather_zero_points")],
+                  name=f"{name}/GatherBlockQuantized", domain=CONTRIB, bits=table.bits,
+                  block_size=table.block_size, gather_axis=0, quantize_axis=2)
+    return g.node("Reshape", [rows, g.const([0, 0, table.in_features])], name=f"{name}/Reshape")
 
 
 def make_lm_head(g: GraphBuilder, x: str, head: Linear, name: str = "/lm_head") -> str:
     """x [R, H] -> float32 logits [R, V]. A dense head is [V, H] (possibly the embedding
     table, shared), multiplied transposed."""
     if isinstance(head, QuantLinear):
-        logits = make_linear(g, x, head, name)
+        logits = make_linear(g, x, head, name, rank=2)
     else:
         logits = g.node("Gemm", [x, head], name=f"{name}/Gemm", transB=1)
     if g.dtype == "float32":

@@ -20,6 +20,7 @@ from cellspec.errors import InvalidCheckpoint
 from cellspec.export.graph import (
     GraphBuilder,
     Linear,
+    QuantLinear,
     make_attention,
     make_cell_kv,
     make_head_norm,
@@ -29,19 +30,24 @@ from cellspec.export.graph import (
     make_skip_rms_norm,
     make_split,
 )
+from cellspec.export.quant import BlockQuantized, quantize_rtn
+from cellspec.export.quant_graph import gather_initializers, initializers
 from cellspec.export.weights import WeightStore, numpy_dtype
 
 
 class Weights:
     """Checkpoint tensors by name -> initializers in the graph's dtype, stored once in the
     artifact's WeightStore under `store_prefix + name`. Projections are HF Linear weights
-    [out, in]; `linear` fuses several along `out` and stores them transposed, [in, sum(out)]."""
+    [out, in]; `linear` fuses several along `out` and stores them transposed, [in, sum(out)],
+    or, with `bits`, as MatMulNBits blocks: the checkpoint's own (a GGUF's, `blocks(name)`)
+    or round-to-nearest ones."""
 
     def __init__(self, tensors: Mapping[str, np.ndarray], store: WeightStore, g: GraphBuilder,
-                 store_prefix: str = "") -> None:
+                 store_prefix: str = "", bits: int = 0) -> None:
         self.tensors, self.store, self.g = tensors, store, g
         self.store_prefix = store_prefix
         self.dtype = numpy_dtype(g.dtype)
+        self.bits = bits  # 0: dense projections
 
     def fetch(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name not in self.tensors:
@@ -60,11 +66,40 @@ class Weights:
     def linear(self, names: list[str], out_sizes: list[int], in_features: int,
                key: str) -> Linear:
         """The projections `names` ([out_j, in] each) as one [in, sum(out_j)] weight `key.T`."""
+        if self.bits:
+            return self.quantized(names, out_sizes, in_features, key, self.bits)
+
         def load() -> np.ndarray:
             parts = [self.fetch(n, (o, in_features)) for n, o in zip(names, out_sizes)]
             return np.concatenate(parts, axis=0).T
 
         return self._stored(f"{self.store_prefix}{key}.T", load)
+
+    def quantized(self, names: list[str], out_sizes: list[int], in_features: int, key: str,
+                  bits: int) -> QuantLinear:
+        """The projections `names` as one block-quantized [N, K] matrix stored under `key`:
+        the checkpoint's own blocks where it has them, else `bits`-bit round-to-nearest."""
+        prefix = f"{self.store_prefix}{key}"
+        if f"{prefix}.qweight" not in self.store:
+            parts = [self._blocks(n, o, in_features, bits) for n, o in zip(names, out_sizes)]
+            q = BlockQuantized.concat(parts) if len(parts) > 1 else parts[0]
+            arrays = initializers(q, prefix, self.dtype)
+            if q.bits == 8 and q.offsets is None and in_features % q.block_size == 0:
+                arrays |= gather_initializers(q, prefix, self.dtype)  # an embedding table
+            for name, array in arrays.items():
+                self.store.add(name, array)
+            self.store.meta[prefix] = QuantLinear(prefix, in_features, sum(out_sizes), q.bits,
+                                                  q.block_size, q.offsets is not None)
+        return borrow(self.g, self.store, self.store.meta[prefix])
+
+    def _blocks(self, name: str, out: int, in_features: int, bits: int) -> BlockQuantized:
+        own = self.tensors.blocks(name) if hasattr(self.tensors, "blocks") else None
+        if own is None:
+            return quantize_rtn(self.fetch(name, (out, in_features)), bits)
+        if own.shape != (out, in_features):
+            raise InvalidCheckpoint(f"tensor {name}: shape {own.shape}, expected "
+                                    f"{(out, in_features)}")
+        return own
 
     def bias(self, names: list[str], sizes: list[int], key: str) -> str:
         def load() -> np.ndarray:
@@ -79,6 +114,16 @@ class Weights:
                 array = array.astype(np.float32).astype(self.dtype)
             self.store.add(key, array)
         return self.g.weight(self.store.get(key))
+
+
+def borrow(g: GraphBuilder, store: WeightStore, weight: Linear) -> Linear:
+    """Register in `g` the initializers of a weight some graph stored already."""
+    if isinstance(weight, QuantLinear):
+        for name in store.names_with_prefix(weight.prefix + "."):
+            g.weight(store.get(name))
+    else:
+        g.weight(store.get(weight))
+    return weight
 
 
 @dataclass(frozen=True)

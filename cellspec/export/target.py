@@ -6,7 +6,8 @@ in:  tokens [S, Q], positions [S, Q] (S rows, one sequence each, of Q tokens),
      attn_mask_window (only when some layer has a sliding window; those layers use it),
      logits_rows [R] (indices into the S * Q tokens, row-major),
      k_pool.{i} / v_pool.{i} [max_cells, KV * D] in the model dtype, read only.
-out: logits [R, V] float32 (final norm + LM head on the rows `logits_rows` only),
+out: logits [R, V] float32 (final norm + LM head on the rows `logits_rows` only), greedy [R]
+     int64 (each row's argmax, the lowest id among ties),
      k_new.{i} / v_new.{i} [S, Q, KV * D] (keys after q/k norm and rope), and with taps
      taps [S, Q, n_taps * hidden]: the outputs of the tapped decoder layers, in the given order.
 """
@@ -53,7 +54,7 @@ def lm_head_weight(hp: Hparams) -> str:
 class Embeddings:
     """How the target stores its embedding and LM head; the draft borrows both."""
 
-    table: str  # the embedding [V, H] initializer
+    table: Linear  # the embedding: a dense [V, H] initializer or 8-bit blocks
     head: Linear  # the LM head: a dense [V, H] initializer (maybe the table) or blocks
 
 
@@ -65,10 +66,12 @@ def layer_spec(hp: Hparams) -> LayerSpec:
 
 def make_target_graph(hp: Hparams, tensors: Mapping[str, np.ndarray], store: WeightStore,
                       dtype: str, max_cells: int, max_context: int, taps: tuple[int, ...] = (),
-                      progress: bool = False) -> tuple[onnx.ModelProto, Embeddings]:
-    """The target forward graph; weights go to `store`, the graph references them."""
-    g = GraphBuilder("target", dtype)
-    w = Weights(tensors, store, g)
+                      progress: bool = False, quantize: str = "none",
+                      accuracy_level: int = 0) -> tuple[onnx.ModelProto, Embeddings]:
+    """The target forward graph; weights go to `store`, the graph references them. With
+    quantize "int4", projections are 4-bit blocks and the embedding and LM head 8-bit ones."""
+    g = GraphBuilder("target", dtype, accuracy_level)
+    w = Weights(tensors, store, g, bits=4 if quantize == "int4" else 0)
     step = _make_inputs(g, hp, max_cells, max_context)
     embeddings = make_embeddings(w, hp)
     x, residual = make_embedding(g, embeddings.table, names.TOKENS), None
@@ -94,10 +97,19 @@ def make_target_graph(hp: Hparams, tensors: Mapping[str, np.ndarray], store: Wei
 
 
 def make_embeddings(w: Weights, hp: Hparams) -> Embeddings:
-    table = w.plain(EMBED_WEIGHT, (hp.vocab_size, hp.hidden_size))
-    if hp.tie_word_embeddings:
-        return Embeddings(table, table)
-    return Embeddings(table, w.plain(LM_HEAD_WEIGHT, (hp.vocab_size, hp.hidden_size)))
+    """Dense tables; with quantized weights, 8-bit blocks (a GGUF's Q8_0 as they are) that the
+    embedding gathers and the LM head multiplies, one copy when tied."""
+    shape = (hp.vocab_size, hp.hidden_size)
+    if not w.bits:
+        table = w.plain(EMBED_WEIGHT, shape)
+        head = table if hp.tie_word_embeddings else w.plain(LM_HEAD_WEIGHT, shape)
+        return Embeddings(table, head)
+    table = w.quantized([EMBED_WEIGHT], [hp.vocab_size], hp.hidden_size, EMBED_WEIGHT, 8)
+    if not w.store.names_with_prefix(f"{EMBED_WEIGHT}.gather_"):  # 4-bit or Q4_1 blocks
+        table = w.plain(EMBED_WEIGHT, shape)
+    head = w.quantized([lm_head_weight(hp)], [hp.vocab_size], hp.hidden_size,
+                       lm_head_weight(hp), 8)
+    return Embeddings(table, head)
 
 
 def _make_inputs(g: GraphBuilder, hp: Hparams, max_cells: int, max_context: int
@@ -122,7 +134,13 @@ def _make_logits(g: GraphBuilder, hp: Hparams, normed: str, head: Linear) -> Non
     """normed [S, Q, H] -> the rows `logits_rows` -> logits [R, V] float32."""
     flat = g.node("Reshape", [normed, g.const([-1, hp.hidden_size])], name="/logits_rows/Flat")
     rows = g.node("Gather", [flat, names.LOGITS_ROWS], name="/logits_rows/Gather", axis=0)
-    g.output(make_lm_head(g, rows, head), names.LOGITS, "float32", ["R", hp.vocab_size])
+    logits = make_lm_head(g, rows, head)
+    g.output(logits, names.LOGITS, "float32", ["R", hp.vocab_size])
+    # the greedy token of each row (the lowest id among ties), so that a device backend can
+    # return R ids instead of R x V logits
+    greedy = g.node("ArgMax", [logits], name="/greedy/ArgMax", axis=1, keepdims=0,
+                    select_last_index=0)
+    g.output(greedy, names.GREEDY, "int64", ["R"])
 
 
 def _make_taps(g: GraphBuilder, layer_outputs: list[str], dtype: str, width: int) -> None:

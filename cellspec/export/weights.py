@@ -26,8 +26,10 @@ ONNX_DTYPES: dict[str, int] = {
     "bfloat16": TensorProto.BFLOAT16,
     "int64": TensorProto.INT64,
     "int32": TensorProto.INT32,
+    "uint8": TensorProto.UINT8,
 }
 NUMPY_DTYPES: dict[str, np.dtype] = {
+    "uint8": np.dtype(np.uint8),
     "float32": np.dtype(np.float32),
     "float16": np.dtype(np.float16),
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -50,6 +52,7 @@ class WeightStore:
         self.folder = Path(folder)
         self.path = self.folder / WEIGHTS_NAME
         self._refs: dict[str, TensorProto] = {}
+        self.meta: dict[str, object] = {}  # what graphs must know of a stored group (blocks)
         if append and self.path.is_file():
             self.index_graphs()
         self._file = open(self.path, "ab" if append else "wb")  # noqa: SIM115 (closed in close)
@@ -69,6 +72,9 @@ class WeightStore:
     def get(self, name: str) -> TensorProto:
         """The reference of a tensor already added; KeyError if none."""
         return self._refs[name]
+
+    def names_with_prefix(self, prefix: str) -> list[str]:
+        return [name for name in self._refs if name.startswith(prefix)]
 
     def add(self, name: str, array: np.ndarray) -> TensorProto:
         """Write `array` once under `name`; a second add of that name returns the first reference

@@ -22,6 +22,7 @@ import numpy as np
 from cellspec import artifact as names
 from cellspec.artifact import LayerCache, Manifest
 from cellspec.errors import InvalidArgument
+from cellspec.runtime.draws import Draws
 from cellspec.runtime.planner import ShapePolicy
 
 BACKENDS = ("ort-cpu",)
@@ -72,9 +73,13 @@ class Backend(ABC):
 
     @abstractmethod
     def run(self, engine: Engine, pools: Pools, feeds: dict[str, np.ndarray],
-            outputs: list[str], cells: np.ndarray | None = None) -> dict[str, np.ndarray]:
+            outputs: list[str], cells: np.ndarray | None = None,
+            draws: Draws | None = None, static: bool = False) -> dict[str, np.ndarray]:
         """Run `engine` on host `feeds`, the pools bound where it reads them; with `cells`
-        ([S, Q], the plan's), commit the step's k_new/v_new there. Returns host `outputs`."""
+        ([S, Q], the plan's), commit the step's k_new/v_new there. With `draws` (one per
+        logits row), draw each row's token where the logits are: `DRAWN` [R] holds them.
+        `static`: the feeds have a static shape of the policy (a backend may capture and
+        replay it). Returns host `outputs` (and DRAWN)."""
 
     def shape_policy(self, manifest: Manifest) -> ShapePolicy:
         """How steps are padded: exact shapes unless the backend replays static ones."""

@@ -134,7 +134,7 @@ class DFlashExecutor(Executor):
             self._keep_hidden(item.sid, result.taps, offset, len(item.tokens))
             self._state(item.sid).pending = None
             offset += len(item.tokens)
-        outputs = self.sample_outputs(step, result.logits)
+        outputs = self.make_outputs(step, result)
         for out in outputs:
             if out is not None:
                 self._state(out.sid).pending = out.token
@@ -148,18 +148,18 @@ class DFlashExecutor(Executor):
         requests = [ProposalRequest(item.sid, item.tokens[0], item.position) for item in items]
         proposals = self.proposer.propose(requests, self.n_draft)  # [O, n]
         width = self.n_draft + 1
-        # verify [anchor, d1..dn] of every owner in one target forward, every row sampled
+        # verify [anchor, d1..dn] of every owner in one target forward: every row is drawn
+        # with the uniform of the position its token would occupy, as plain decoding would
         tokens = np.concatenate([[r.anchor, *p] for r, p in zip(requests, proposals)])
-        seq_ids = np.repeat(sids, width)
-        result = self.target.forward(seq_ids, tokens.astype(np.int64),
-                                     np.arange(len(tokens), dtype=np.int64))
+        positions = [r.position + j + 1 for r in requests for j in range(width)]
+        draws = self.draws([sid for sid in sids for _ in range(width)], positions)
+        result = self.target.forward(np.repeat(sids, width), tokens.astype(np.int64),
+                                     np.arange(len(tokens), dtype=np.int64), draws)
         bursts = []
         for owner, request in enumerate(requests):
-            rows = result.logits[owner * width: (owner + 1) * width]
-            drawn = [self.sample(request.sid, rows[j], request.position + j + 1)
-                     for j in range(width)]
-            accepted = accept_count(proposals[owner], np.asarray(drawn[:-1]))
-            burst = (*(int(t) for t in proposals[owner][:accepted]), drawn[accepted])
+            drawn = result.tokens[owner * width: (owner + 1) * width]
+            accepted = accept_count(proposals[owner], drawn[:-1])
+            burst = (*(int(t) for t in proposals[owner][:accepted]), int(drawn[accepted]))
             # commit anchor + accepted proposals; the rejected tail leaves the target cache
             self.cache.rewind(request.sid, request.position + accepted + 1)
             self._keep_hidden(request.sid, result.taps, owner * width, accepted + 1)

@@ -80,13 +80,13 @@ class DraftModel:
         feeds = {names.TOKENS: tokens, names.POSITIONS: plan.positions,
                  names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask}
         out = self._run(self.block, f"draft_block [{shape.rows}x{block}]", count, feeds,
-                        [names.PROPOSALS])
+                        [names.PROPOSALS], static=shape.is_static)
         return out[names.PROPOSALS][:count, 1: n_draft + 1].astype(np.int64)
 
     def _run(self, engine, method: str, count: int, feeds: dict, outputs: list[str],
-             cells: np.ndarray | None = None) -> dict:
+             cells: np.ndarray | None = None, static: bool = False) -> dict:
         start = time.perf_counter()
-        out = self.backend.run(engine, self.pools, feeds, outputs, cells)
+        out = self.backend.run(engine, self.pools, feeds, outputs, cells, static=static)
         stats = self.stats[method]
         stats.calls += 1
         stats.tokens += count

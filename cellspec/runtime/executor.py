@@ -21,7 +21,8 @@ from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument
 from cellspec.runtime.backend import Backend, check_backend, load_backend
 from cellspec.runtime.cell_cache import CellCache
-from cellspec.runtime.sampling import positional_uniform, sample_token
+from cellspec.runtime.draws import Draws, make_draws
+from cellspec.runtime.sampling import positional_uniform
 from cellspec.runtime.sessions import Session, SessionTable
 from cellspec.runtime.target import ForwardResult, TargetModel
 from cellspec.runtime.types import BatchInput, Output, Sampling
@@ -129,20 +130,28 @@ class Executor:
         """Run one batch; outputs align with inputs (None where no output was asked)."""
         step = self.pack(batch)
         try:
-            result = self.run_packed(step)
-            return self.sample_outputs(step, result.logits)
+            return self.make_outputs(step, self.run_packed(step))
         except Exception as error:  # the cache changed: whatever failed, the batch is poisoned
             raise self.poison([b.sid for b in step.batch], error) from error
 
-    def sample_outputs(self, step: PackedStep, logits: np.ndarray) -> list[Output | None]:
-        """One sampled token per input that asked for output (logits [R, V], one row each),
-        drawn for the position after its last token; None for the other inputs."""
+    def make_outputs(self, step: PackedStep, result: ForwardResult) -> list[Output | None]:
+        """One drawn token per input that asked for output; None for the other inputs."""
         outputs: list[Output | None] = [None] * len(step.batch)
         for row, index in enumerate(step.output_inputs):
-            sid = step.batch[index].sid
-            position = int(step.positions[step.logit_indices[row]]) + 1
-            outputs[index] = Output(sid, (self.sample(sid, logits[row], position),))
+            outputs[index] = Output(step.batch[index].sid, (int(result.tokens[row]),))
         return outputs
+
+    def draws(self, sids: list[int], positions: list[int]) -> Draws:
+        """How to draw each row: session sids[r]'s sampling, the uniform of positions[r] (the
+        position the drawn token will occupy)."""
+        rows = []
+        for sid, position in zip(sids, positions):
+            session = self.sessions.get(sid)
+            s = session.sampling
+            assert s is not None
+            uniform = 0.0 if s.is_greedy else positional_uniform(session.seed, position)
+            rows.append((s.temperature, s.top_p, s.top_k, uniform))
+        return make_draws(rows)
 
     def pack(self, batch: Sequence[BatchInput]) -> PackedStep:
         """Validate the whole batch (nothing changes) and pack it into one step."""
@@ -189,7 +198,10 @@ class Executor:
             if item.position < self.cache.pos(item.sid):
                 self.cache.rewind(item.sid, item.position)
                 self._rewound(item.sid, item.position)
-        return self.target.forward(step.seq_ids, step.tokens, step.logit_indices)
+        positions = step.positions[step.logit_indices] + 1
+        sids = [step.batch[index].sid for index in step.output_inputs]
+        draws = self.draws(sids, positions.tolist())
+        return self.target.forward(step.seq_ids, step.tokens, step.logit_indices, draws)
 
     def poison(self, sids: list[int], error: Exception) -> ExecutionFailed:
         """Mark `sids` unusable after `error` struck mid-mutation; the error to raise."""
@@ -199,14 +211,6 @@ class Executor:
                 self.sessions.sessions[sid].is_poisoned = True
         return ExecutionFailed(f"{type(error).__name__}: {error}; sessions {sids} are poisoned "
                                "and must be closed", tuple(sids))
-
-    def sample(self, sid: int, logits: np.ndarray, position: int) -> int:
-        """Draw the token that will sit at `position` from logits [V]."""
-        session = self.sessions.get(sid)
-        s = session.sampling
-        assert s is not None
-        uniform = 0.0 if s.is_greedy else positional_uniform(session.seed, position)
-        return sample_token(logits, s.temperature, s.top_p, s.top_k, uniform)
 
     def _check_tokens(self, item: BatchInput) -> tuple[int, ...]:
         tokens = item.tokens

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from cellspec.artifact import LayerCache
+from cellspec.artifact import LOGITS, LayerCache
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
 from cellspec.runtime.backend import Backend, Engine, Pools, TensorSpec
+from cellspec.runtime.draws import DRAWN, Draws, draw_on_host
 
 _ORT_TYPES = {
     "tensor(float)": np.float32,
@@ -91,14 +92,19 @@ class OrtCpuBackend(Backend):
         return HostPools(max_cells, layers, dtype)
 
     def run(self, engine: Engine, pools: Pools, feeds: dict[str, np.ndarray],
-            outputs: list[str], cells: np.ndarray | None = None) -> dict[str, np.ndarray]:
+            outputs: list[str], cells: np.ndarray | None = None,
+            draws: Draws | None = None, static: bool = False) -> dict[str, np.ndarray]:
         assert isinstance(engine, OrtCpuEngine) and isinstance(pools, HostPools)
         bound = {name: array for name, array in pools.arrays.items() if name in engine.inputs}
-        wanted = outputs + (pools.new_names if cells is not None else [])
+        logits = [LOGITS] if draws is not None and LOGITS not in outputs else []
+        wanted = outputs + logits + (pools.new_names if cells is not None else [])
         out = engine.run({**feeds, **bound}, wanted)
         if cells is not None:
             pools.commit(cells, out)
-        return {name: out[name] for name in outputs}
+        result = {name: out[name] for name in outputs}
+        if draws is not None:  # the logits are on the host already: draw here
+            result[DRAWN] = draw_on_host(out[LOGITS], draws)
+        return result
 
 
 def _pairs(items: list[str]) -> list[tuple[str, str]]:

@@ -22,12 +22,17 @@ from cellspec.artifact import LayerCache, Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.runtime.backend import Backend, Engine, TensorSpec
 from cellspec.runtime.cell_cache import PAD_SEQ, CellCache, StepPlan
+from cellspec.runtime.draws import DRAWN, Draws, make_draws
 from cellspec.runtime.planner import Piece, PieceShape, plan_pieces
 
 
 @dataclass(frozen=True)
 class ForwardResult:
-    logits: np.ndarray  # [R, V] float32, one row per requested logit index, in request order
+    """One row per requested logit index, in request order: the drawn tokens when the forward
+    was given draws, else the logits."""
+
+    tokens: np.ndarray | None  # [R] int64
+    logits: np.ndarray | None  # [R, V] float32
     taps: np.ndarray | None  # [T, n_taps * hidden], one row per packed token
 
 
@@ -49,21 +54,23 @@ class TargetModel:
         self.policy = backend.shape_policy(manifest)
         self.max_width = manifest.max_step_width
         self.has_taps = bool(manifest.target.tap_layer_ids)
-        self.outputs = [names.LOGITS] + ([names.TAPS] if self.has_taps else [])
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
 
     @property
     def vocab_size(self) -> int:
         return self.manifest.model.vocab_size
 
-    def forward(self, seq_ids: np.ndarray, tokens: np.ndarray,
-                logit_indices: np.ndarray) -> ForwardResult:
+    def forward(self, seq_ids: np.ndarray, tokens: np.ndarray, logit_indices: np.ndarray,
+                draws: Draws | None = None) -> ForwardResult:
         """Feed tokens [T] to seq_ids [T] (one contiguous run per sequence, continuing from its
-        frontier); keep the logits of the tokens at logit_indices [R]."""
+        frontier); for the tokens at logit_indices [R], draw the next token by `draws` (one per
+        row) where the logits are, or, with no draws, return the logits."""
         starts = np.flatnonzero(np.r_[True, seq_ids[1:] != seq_ids[:-1]])
         assert np.unique(seq_ids[starts]).size == starts.size, "one run per sequence"
         lengths = np.diff(np.r_[starts, seq_ids.size])
-        logits = np.empty((logit_indices.size, self.vocab_size), np.float32)
+        rows = logit_indices.size
+        logits = None if draws is not None else np.empty((rows, self.vocab_size), np.float32)
+        drawn = np.empty(rows, np.int64) if draws is not None else None
         taps = None
         slot = np.full(seq_ids.size, -1, dtype=np.int64)  # token -> row-major slot in a piece
         for piece in plan_pieces(lengths.tolist(), self.max_width):
@@ -73,16 +80,20 @@ class TargetModel:
             slot[index] = (np.arange(index.shape[0])[:, None] * shape.width
                            + np.arange(piece.width)[None, :])
             here = np.flatnonzero(slot[logit_indices] >= 0)
-            out = self._run(plan, shape, tokens[index], slot[logit_indices[here]])
+            out = self._run(plan, shape, tokens[index], slot[logit_indices[here]],
+                            draws.take(here) if draws is not None else None)
             slot[index] = -1
             self.cache.commit_step(plan)
-            logits[here] = out[names.LOGITS]
+            if draws is not None:
+                drawn[here] = out[DRAWN]
+            else:
+                logits[here] = out[names.LOGITS]
             if self.has_taps:
                 width = out[names.TAPS].shape[-1]
                 taps = np.empty((seq_ids.size, width), out[names.TAPS].dtype) \
                     if taps is None else taps
                 taps[index] = out[names.TAPS][: index.shape[0], : piece.width]
-        return ForwardResult(logits, taps)
+        return ForwardResult(drawn, logits, taps)
 
     def _plan(self, piece: Piece, seqs: np.ndarray) -> tuple[StepPlan, PieceShape]:
         rows = len(piece.chunks)
@@ -94,23 +105,44 @@ class TargetModel:
                                        shape.width, shape.cells)
         return plan, shape
 
-    def _run(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray,
-             rows: np.ndarray) -> dict[str, np.ndarray]:
+    def _run(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray, rows: np.ndarray,
+             draws: Draws | None) -> dict[str, np.ndarray]:
+        """Run one planned piece; returns the outputs of the requested `rows` (slots)."""
         padded = np.zeros((shape.rows, shape.width), np.int64)
         padded[: tokens.shape[0], : tokens.shape[1]] = tokens
+        asked = rows
+        if shape.is_static:  # a fixed shape: every slot's logits row, picked out after
+            rows = np.arange(shape.rows * shape.width)
+            draws = None if draws is None else _spread(draws, asked, rows.size)
         feeds = {names.TOKENS: padded, names.POSITIONS: plan.positions,
                  names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask,
                  names.LOGITS_ROWS: rows.astype(np.int64)}
         if plan.attn_mask_window is not None:
             feeds[names.ATTN_MASK_WINDOW] = plan.attn_mask_window
         start = time.perf_counter()
-        out = self.backend.run(self.engine, self.pools, feeds, self.outputs, plan.cells)
+        outputs = ([] if draws is not None else [names.LOGITS]) + (
+            [names.TAPS] if self.has_taps else [])
+        out = self.backend.run(self.engine, self.pools, feeds, outputs, plan.cells, draws,
+                               static=shape.is_static)
+        if shape.is_static:
+            for name in (DRAWN, names.LOGITS):
+                if name in out:
+                    out[name] = out[name][asked]
         kind = "static" if shape.is_static else "dynamic"
         stats = self.stats[f"{kind} {shape.rows}x{shape.width}"]
         stats.calls += 1
         stats.tokens += int(plan.counts.sum())
         stats.seconds += time.perf_counter() - start
         return out
+
+
+def _spread(draws: Draws, rows: np.ndarray, count: int) -> Draws:
+    """Draws for `count` rows: `draws` at `rows`, greedy elsewhere."""
+    index = np.full(count, -1, dtype=np.int64)
+    index[rows] = np.arange(rows.size)
+    greedy = make_draws([(0.0, 1.0, 0, 0.0)])
+    both = Draws.concat([draws, greedy])
+    return both.take(np.where(index >= 0, index, draws.num_rows))
 
 
 def check_target_graph(manifest: Manifest, engine: Engine) -> None:
@@ -129,7 +161,8 @@ def check_target_graph(manifest: Manifest, engine: Engine) -> None:
     for i in range(len(manifest.target_cache)):
         for new in (names.k_new(i), names.v_new(i)):
             _require(new in outputs, f"{graph}: output {new} missing")
-    _require(names.LOGITS in outputs, f"{graph}: output logits missing")
+    for name in (names.LOGITS, names.GREEDY):
+        _require(name in outputs, f"{graph}: output {name} missing")
     vocab = outputs[names.LOGITS].shape[-1]
     _require(not isinstance(vocab, int) or vocab == model.vocab_size,
              f"{graph}: logits width {vocab}, manifest field model.vocab_size says "

@@ -1,0 +1,151 @@
+"""Device memory for the IOBinding backends: buffers at fixed addresses, staging copies, and the
+commit of a step's keys and values into the pools (a scatter of rows).
+
+`CudaDevice` is PyCUDA on the device's primary context (shared with ONNX Runtime), imported
+only when constructed. `HostDevice` is the same interface over numpy memory: the CPU tests run
+the whole binding path (buffers by address, staging, commits through pointer tables) with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cellspec.errors import ExecutionFailed, InvalidArgument
+
+_INSTALL = "pip install 'cellspec[gpu]' (onnxruntime-gpu and pycuda)"
+
+# pool[cells[t]] = new[t] for every (pool, new) pair p; one block per (token, pair). Rows are
+# copied 16 bytes at a time when the row size and the addresses allow it.
+_COMMIT_SOURCE = r"""
+extern "C" __global__ void commit_rows(const unsigned long long* pools,
+                                       const unsigned long long* news,
+                                       const long long* cells, int row_bytes) {
+    const long long t = blockIdx.x;
+    char* dst = (char*)pools[blockIdx.y] + cells[t] * (long long)row_bytes;
+    const char* src = (const char*)news[blockIdx.y] + t * (long long)row_bytes;
+    if (row_bytes % 16 == 0) {
+        for (int i = threadIdx.x; i < row_bytes / 16; i += blockDim.x)
+            ((uint4*)dst)[i] = ((const uint4*)src)[i];
+    } else {
+        for (int i = threadIdx.x; i < row_bytes; i += blockDim.x) dst[i] = src[i];
+    }
+}
+"""
+
+
+@dataclass
+class Buffer:
+    """`nbytes` of device memory at the fixed address `ptr`."""
+
+    ptr: int
+    nbytes: int
+    handle: object  # keeps the allocation alive
+
+
+class HostDevice:
+    """numpy memory posing as a device (ONNX Runtime's CPU provider binds it by address)."""
+
+    ort_device = "cpu"
+
+    def __init__(self) -> None:
+        self.arrays: dict[int, np.ndarray] = {}
+
+    def alloc(self, nbytes: int) -> Buffer:
+        array = np.zeros(max(nbytes, 1), np.uint8)
+        self.arrays[array.ctypes.data] = array
+        return Buffer(array.ctypes.data, nbytes, array)
+
+    def pinned(self, nbytes: int) -> np.ndarray:
+        return np.zeros(max(nbytes, 1), np.uint8)
+
+    def upload(self, buffer: Buffer, host: np.ndarray) -> None:
+        data = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+        assert data.size <= buffer.nbytes, (data.size, buffer.nbytes)
+        self._bytes(buffer.ptr, data.size)[:] = data
+
+    def download(self, host: np.ndarray, buffer: Buffer) -> None:
+        view = host.reshape(-1).view(np.uint8)
+        view[:] = self._bytes(buffer.ptr, view.size)
+
+    def synchronize(self) -> None:
+        pass
+
+    def commit(self, pools: Buffer, news: Buffer, cells: Buffer, count: int,
+               row_bytes: int) -> None:
+        pool_ptrs = self._bytes(pools.ptr, pools.nbytes).view(np.uint64)
+        new_ptrs = self._bytes(news.ptr, news.nbytes).view(np.uint64)
+        rows = self._bytes(cells.ptr, 8 * count).view(np.int64)
+        for pool, new in zip(pool_ptrs.tolist(), new_ptrs.tolist()):
+            source = self._bytes(new, count * row_bytes).reshape(count, row_bytes)
+            for t, cell in enumerate(rows.tolist()):
+                self._bytes(pool + cell * row_bytes, row_bytes)[:] = source[t]
+
+    def _bytes(self, ptr: int, nbytes: int) -> np.ndarray:
+        for base, array in self.arrays.items():
+            if base <= ptr and ptr + nbytes <= base + array.size:
+                return array[ptr - base: ptr - base + nbytes]
+        raise AssertionError(f"address {ptr:#x} (+{nbytes}) is in no buffer")
+
+
+class CudaDevice:
+    """PyCUDA on device 0's primary context: allocations, page-locked staging, one stream."""
+
+    ort_device = "cuda"
+
+    def __init__(self, device_id: int = 0) -> None:
+        try:
+            import pycuda.driver as cuda
+        except ImportError as error:
+            raise InvalidArgument(f"backend ort-cuda needs PyCUDA: {_INSTALL}") from error
+        try:
+            cuda.init()
+            self.context = cuda.Device(device_id).retain_primary_context()
+        except cuda.Error as error:
+            raise InvalidArgument(f"backend ort-cuda: no usable CUDA device {device_id} "
+                                  f"({error})") from error
+        self.context.push()
+        self.cuda = cuda
+        self.stream = cuda.Stream()
+        self._commit_kernel = None
+
+    def alloc(self, nbytes: int) -> Buffer:
+        allocation = self.cuda.mem_alloc(max(nbytes, 1))
+        self.cuda.memset_d8(allocation, 0, max(nbytes, 1))
+        return Buffer(int(allocation), nbytes, allocation)
+
+    def pinned(self, nbytes: int) -> np.ndarray:
+        return self.cuda.pagelocked_empty(max(nbytes, 1), np.uint8)
+
+    def upload(self, buffer: Buffer, host: np.ndarray) -> None:
+        """Async on the stream: `host` must stay untouched until the next synchronize."""
+        self.cuda.memcpy_htod_async(buffer.ptr, host, self.stream)
+
+    def download(self, host: np.ndarray, buffer: Buffer) -> None:
+        self.cuda.memcpy_dtoh_async(host, buffer.ptr, self.stream)
+        self.synchronize()
+
+    def synchronize(self) -> None:
+        try:
+            self.stream.synchronize()
+        except self.cuda.Error as error:
+            raise ExecutionFailed(f"CUDA: {error}") from error
+
+    def commit(self, pools: Buffer, news: Buffer, cells: Buffer, count: int,
+               row_bytes: int) -> None:
+        """pool[cells[t]] = new[t] for every pair of the pointer tables, on the stream."""
+        if count == 0:
+            return
+        kernel = self._commit_kernel or self._compile()
+        pairs = pools.nbytes // 8
+        kernel(np.uintp(pools.ptr), np.uintp(news.ptr), np.uintp(cells.ptr),
+               np.int32(row_bytes), block=(min(128, max(32, row_bytes // 16)), 1, 1),
+               grid=(count, pairs), stream=self.stream)
+
+    def _compile(self):
+        from pycuda.compiler import SourceModule
+
+        module = SourceModule(_COMMIT_SOURCE, no_extern_c=True, options=["-O3"])
+        self._commit_kernel = module.get_function("commit_rows")
+        return self._commit_kernel

@@ -1,0 +1,238 @@
+"""IOBinding backends: ONNX Runtime on buffers a device owns, bound by address, never copied
+whole. `ort-cuda` is this on the CUDA provider with PyCUDA memory and CUDA graphs; the tests run
+it on the CPU provider over numpy memory (`HostDevice`).
+
+Every graph input and output gets one buffer, allocated once at its largest shape; a step
+copies its host inputs (ids, positions, cell tables, masks) into page-locked staging and then
+into those buffers, binds them at the step's shapes, and runs. Pools are bound where a graph
+reads them; the step's k_new/v_new stay on the device and one kernel scatters them into the
+pools' cells. Static steps (padded to the shape policy's buckets) replay one captured CUDA graph
+per shape (`gpu_graph_id`); the others run uncaptured. Only what the caller asks for comes
+back: the drawn tokens (greedy from the graph's argmax, or the sampler graph on the device),
+the taps, the proposals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from cellspec import artifact as names
+from cellspec.artifact import LayerCache, Manifest
+from cellspec.errors import ExecutionFailed, InvalidArtifact
+from cellspec.runtime.backend import Backend, Engine, Pools, TensorSpec
+from cellspec.runtime.bindings import GraphIds, shape_of, step_dims
+from cellspec.runtime.device import Buffer
+from cellspec.runtime.draws import DRAWN, Draws
+from cellspec.runtime.planner import ShapePolicy
+
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
+              "tensor(int64)": np.int64, "tensor(bool)": np.bool_, "tensor(bfloat16)": None}
+_BF16 = 16  # onnx.TensorProto.BFLOAT16: numpy has no bfloat16, bind it by its ONNX type
+QUIET = 4
+# Merges the QKV and gate/up Slices back into a Split, whose uneven sizes the CUDA provider
+# copies from the host on every call (replayed by every CUDA graph).
+DISABLED_OPTIMIZERS = ["GatherSliceToSplitFusion"]
+
+
+class DeviceEngine(Engine):
+    """One graph on an IOBinding session: a buffer per input and output at its largest shape
+    (pools excepted: they are bound where they live), and a CUDA graph per static shape."""
+
+    def __init__(self, path: Path, session, device, limits: dict[str, int]) -> None:
+        self.path, self.session, self.device = path, session, device
+        self.inputs = {i.name: _spec(i) for i in session.get_inputs()}
+        self.outputs = {o.name: _spec(o) for o in session.get_outputs()}
+        self.binding = session.io_binding()
+        self.buffers: dict[str, Buffer] = {}
+        self.staging: dict[str, np.ndarray] = {}
+        for name, spec in {**self.inputs, **self.outputs}.items():
+            if not name.startswith(("k_pool.", "v_pool.")) and not (
+                    name == names.LOGITS and name in self.inputs):  # the sampler's: borrowed
+                size = int(np.prod(shape_of(spec.shape, limits))) * _itemsize(spec)
+                self.buffers[name] = device.alloc(size)
+                if name in self.inputs:
+                    self.staging[name] = device.pinned(size)
+        self.graph_ids = GraphIds()
+
+    def stage(self, feeds: dict[str, np.ndarray]) -> dict[str, int]:
+        """Copy host feeds into their buffers (async) and bind them; returns the dim values."""
+        dims = step_dims({n: s.shape for n, s in self.inputs.items()},
+                         {n: a.shape for n, a in feeds.items()})
+        for name, array in feeds.items():
+            data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            staged = self.staging[name][: data.size]
+            staged[:] = data
+            self.device.upload(self.buffers[name], staged)
+            self._bind(name, array.shape, self.buffers[name].ptr, is_input=True)
+        return dims
+
+    def bind_external(self, name: str, shape: Sequence[int], ptr: int) -> None:
+        """Bind an input to memory this engine does not own (a pool, another's output)."""
+        self._bind(name, shape, ptr, is_input=True)
+
+    def bind_outputs(self, dims: dict[str, int], wanted: Sequence[str]) -> None:
+        for name in wanted:
+            self._bind(name, shape_of(self.outputs[name].shape, dims), self.buffers[name].ptr,
+                       is_input=False)
+
+    def run(self, graph_key: tuple | None) -> None:
+        import onnxruntime as ort
+
+        options = ort.RunOptions()
+        options.log_severity_level = QUIET
+        graph_id = self.graph_ids.get(graph_key) if self.device.ort_device == "cuda" else -1
+        if graph_id != GraphIds.UNCAPTURED:
+            options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        elif self.device.ort_device == "cuda":
+            options.add_run_config_entry("gpu_graph_id", "-1")
+        self.device.synchronize()  # the staged inputs (and the last commit) are in place
+        try:
+            self.session.run_with_iobinding(self.binding, options)
+        except Exception as error:  # the engine call failed: the caller poisons the batch
+            raise ExecutionFailed(f"{self.path.name}: ONNX Runtime run failed: {error}") \
+                from error
+
+    def fetch(self, name: str, dims: dict[str, int], dtype=None) -> np.ndarray:
+        """An output, copied to the host at the step's shape."""
+        spec = self.outputs[name]
+        host = np.empty(shape_of(spec.shape, dims), dtype or spec.dtype)
+        self.device.download(host, self.buffers[name])
+        return host
+
+    def _bind(self, name: str, shape, ptr: int, is_input: bool) -> None:
+        spec = self.inputs[name] if is_input else self.outputs[name]
+        element = _BF16 if spec.dtype is None else spec.dtype
+        bind = self.binding.bind_input if is_input else self.binding.bind_output
+        bind(name, self.device.ort_device, 0, element, list(shape), ptr)
+
+
+class DevicePools(Pools):
+    """Pools [max_cells, KV * D] per layer in device buffers, zeroed."""
+
+    def __init__(self, device, max_cells: int, layers: Sequence[LayerCache], itemsize: int):
+        super().__init__(layers)
+        self.device, self.max_cells = device, max_cells
+        self.row_bytes = layers[0].row_width * itemsize
+        if any(c.row_width != layers[0].row_width for c in layers):
+            raise InvalidArtifact("pools of different widths per layer are not supported")
+        self.shape = (max_cells, layers[0].row_width)
+        self.buffers = {name: device.alloc(max_cells * self.row_bytes) for name in self.names}
+        self.tables: dict[int, tuple[Buffer, Buffer]] = {}  # engine id -> pointer tables
+
+    def tables_for(self, engine: DeviceEngine) -> tuple[Buffer, Buffer]:
+        """Device arrays of the pools' and the engine's k_new/v_new addresses, in pairs."""
+        if id(engine) not in self.tables:
+            pools = np.array([self.buffers[n].ptr for n in self.names], np.uint64)
+            news = np.array([engine.buffers[n].ptr for n in self.new_names], np.uint64)
+            tables = (self.device.alloc(pools.nbytes), self.device.alloc(news.nbytes))
+            self.device.upload(tables[0], pools)
+            self.device.upload(tables[1], news)
+            self.device.synchronize()
+            self.tables[id(engine)] = tables
+        return self.tables[id(engine)]
+
+
+class OrtDeviceBackend(Backend):
+    """ONNX Runtime with every tensor in `device` memory, bound by address.
+
+    limits: the largest value of every dim name the artifact's graphs use (buffers are
+    allocated at those); sampler: the artifact's `sample` graph, run on the device on the
+    target's logits when a step draws with a temperature."""
+
+    def __init__(self, name: str, device, providers: list, limits: dict[str, int],
+                 policy: ShapePolicy, sampler: Path | None = None) -> None:
+        self.name, self.device, self.providers = name, device, providers
+        self.limits, self.policy, self.sampler_path = limits, policy, sampler
+        self.sampler: DeviceEngine | None = None
+        self.cells = device.alloc(8 * limits["S"] * limits["Q"])
+        self.cells_staging = device.pinned(8 * limits["S"] * limits["Q"])
+
+    def shape_policy(self, manifest: Manifest) -> ShapePolicy:
+        return self.policy
+
+    def load_engine(self, path: Path) -> DeviceEngine:
+        return DeviceEngine(path, _make_session(path, self.providers), self.device, self.limits)
+
+    def make_pools(self, max_cells: int, layers: Sequence[LayerCache], dtype) -> DevicePools:
+        itemsize = 2 if dtype is None else np.dtype(dtype).itemsize
+        return DevicePools(self.device, max_cells, layers, itemsize)
+
+    def run(self, engine: Engine, pools: Pools, feeds: dict[str, np.ndarray],
+            outputs: list[str], cells: np.ndarray | None = None,
+            draws: Draws | None = None, static: bool = False) -> dict[str, np.ndarray]:
+        assert isinstance(engine, DeviceEngine) and isinstance(pools, DevicePools)
+        dims = engine.stage(feeds)
+        for name in pools.names:
+            if name in engine.inputs:
+                engine.bind_external(name, pools.shape, pools.buffers[name].ptr)
+        if cells is not None:  # staged before the run: one synchronize covers both
+            self._stage_cells(cells)
+        wanted = list(outputs) + (pools.new_names if cells is not None else [])
+        if draws is not None:
+            wanted.append(names.GREEDY if draws.is_greedy else names.LOGITS)
+        engine.bind_outputs(dims, list(dict.fromkeys(wanted)))
+        engine.run(_graph_key(feeds) if static else None)
+        if cells is not None:
+            pool_table, new_table = pools.tables_for(engine)
+            self.device.commit(pool_table, new_table, self.cells, cells.size, pools.row_bytes)
+        result = {name: engine.fetch(name, dims) for name in outputs}
+        if draws is not None:
+            result[DRAWN] = self._draw(engine, dims, draws, static)
+        return result
+
+    def _stage_cells(self, cells: np.ndarray) -> None:
+        flat = np.ascontiguousarray(cells.reshape(-1), dtype=np.int64).view(np.uint8)
+        staged = self.cells_staging[: flat.size]
+        staged[:] = flat
+        self.device.upload(self.cells, staged)
+
+    def _draw(self, engine: DeviceEngine, dims: dict[str, int], draws: Draws,
+              static: bool) -> np.ndarray:
+        """The drawn token of every logits row: the graph's argmax when every row is greedy,
+        else the sampler graph run on the device on the engine's logits."""
+        if draws.is_greedy:
+            return engine.fetch(names.GREEDY, dims)
+        if self.sampler is None:
+            if self.sampler_path is None:
+                raise InvalidArtifact("sampled draws on the device need the artifact's sample "
+                                      "graph")
+            self.sampler = self.load_engine(self.sampler_path)
+        rows = dims["R"]
+        vocab = engine.outputs[names.LOGITS].shape[-1]
+        sample_dims = self.sampler.stage({names.PARAMS: draws.params()})
+        self.sampler.bind_external(names.LOGITS, (rows, vocab), engine.buffers[names.LOGITS].ptr)
+        self.sampler.bind_outputs(sample_dims, [names.TOKENS])
+        self.sampler.run((("R", rows),) if static else None)
+        return self.sampler.fetch(names.TOKENS, sample_dims)
+
+
+def _graph_key(feeds: dict[str, np.ndarray]) -> tuple:
+    return tuple(sorted((name, array.shape) for name, array in feeds.items()))
+
+
+def _make_session(path: Path, providers: list):
+    import onnxruntime as ort
+
+    if not path.is_file():
+        raise InvalidArtifact(f"{path}: graph file missing")
+    options = ort.SessionOptions()
+    options.log_severity_level = QUIET
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    try:
+        return ort.InferenceSession(str(path), options, providers=providers,
+                                    disabled_optimizers=DISABLED_OPTIMIZERS)
+    except Exception as error:  # ORT's own error types; it names the nodes it could not place
+        raise InvalidArtifact(f"{path}: ONNX Runtime cannot load it on {providers[0]}: "
+                              f"{error}") from error
+
+
+def _itemsize(spec: TensorSpec) -> int:
+    return 2 if spec.dtype is None else np.dtype(spec.dtype).itemsize
+
+
+def _spec(arg) -> TensorSpec:
+    return TensorSpec(arg.name, tuple(arg.shape), _ORT_TYPES.get(arg.type))
