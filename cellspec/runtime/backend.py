@@ -25,7 +25,7 @@ from cellspec.errors import InvalidArgument
 from cellspec.runtime.draws import Draws
 from cellspec.runtime.planner import ShapePolicy
 
-BACKENDS = ("ort-cpu",)
+BACKENDS = ("ort-cpu", "ort-cuda")
 MAX_THREADS = 256
 
 
@@ -90,20 +90,23 @@ def check_backend(backend: str, dtype: str, threads: int | None) -> None:
     """Refuse, before anything loads, a backend, dtype or thread count that cannot run."""
     if backend not in BACKENDS:
         raise InvalidArgument(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
-    if dtype == "bfloat16":
+    if dtype == "bfloat16" and backend == "ort-cpu":
         raise InvalidArgument("backend ort-cpu runs float32 and float16 artifacts; this one is "
                               "bfloat16 (ONNX Runtime has no bfloat16 CPU kernels): export "
-                              "with --dtype float32 or float16")
+                              "with --dtype float32 or float16, or run it on ort-cuda")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or not 1 <= threads <= MAX_THREADS):
         raise InvalidArgument(f"threads {threads!r}: expected an integer in 1..{MAX_THREADS} "
                               "or None (all cores)")
 
 
-def load_backend(backend: str, threads: int | None = None) -> Backend:
-    """The backend named `backend` (checked by `check_backend` first)."""
+def load_backend(backend: str, folder: Path, manifest: Manifest, threads: int | None,
+                 max_sessions: int) -> Backend:
+    """The backend named `backend` (checked by `check_backend` first) for this artifact."""
+    if backend == "ort-cuda":
+        from cellspec.runtime.ort_device import make_cuda_backend
+
+        return make_cuda_backend(folder, manifest, max_sessions)
     from cellspec.runtime.ort_cpu import OrtCpuBackend
 
-    if backend != "ort-cpu":
-        raise InvalidArgument(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     return OrtCpuBackend(threads)

@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from cellspec.errors import InvalidArgument
+from cellspec.runtime.backend import Backend
 from cellspec.runtime.draft import DraftModel, ProposalRequest
 from cellspec.runtime.executor import Executor, load_parts
 from cellspec.runtime.sampling import accept_count
@@ -63,7 +64,7 @@ class DFlashExecutor(Executor):
         self.stats = SpecStats()
 
     @classmethod
-    def load(cls, artifact: str | Path, backend: str = "ort-cpu", max_sessions: int = 8,
+    def load(cls, artifact: str | Path, backend: str | Backend = "ort-cpu", max_sessions: int = 8,
              max_session_tokens: int = 0, threads: int | None = None,
              proposer: Proposer | None = None, n_draft: int | None = None) -> DFlashExecutor:
         """Load an artifact with its draft (or, for tests, any `proposer`)."""

@@ -48,7 +48,7 @@ class Executor:
         self.sessions = SessionTable(max_sessions, max_session_tokens)
 
     @classmethod
-    def load(cls, artifact: str | Path, backend: str = "ort-cpu", max_sessions: int = 8,
+    def load(cls, artifact: str | Path, backend: str | Backend = "ort-cpu", max_sessions: int = 8,
              max_session_tokens: int = 0, threads: int | None = None) -> Executor:
         """Load an artifact; 0 tokens = the largest budget every session can fill at once."""
         return cls(*load_parts(artifact, backend, max_sessions, max_session_tokens, threads))
@@ -237,16 +237,19 @@ class Executor:
                                   f"the budget of {self.max_session_tokens} tokens")
 
 
-def load_parts(artifact: str | Path, backend: str, max_sessions: int, max_session_tokens: int,
-               threads: int | None) -> tuple:
+def load_parts(artifact: str | Path, backend: str | Backend, max_sessions: int,
+               max_session_tokens: int, threads: int | None) -> tuple:
     """What an executor is made of, each checked: (folder, manifest, backend, target,
-    max_sessions, per-session token budget)."""
+    max_sessions, per-session token budget). `backend` is a name, or (tests) a Backend."""
     folder = Path(artifact)
     manifest = Manifest.load(folder)
-    check_backend(backend, manifest.model.dtype, threads)
+    if isinstance(backend, str):
+        check_backend(backend, manifest.model.dtype, threads)
     budget = check_limits(manifest, max_sessions, max_session_tokens)
-    engines = load_backend(backend, threads)
-    return folder, manifest, engines, TargetModel(folder, manifest, engines), max_sessions, budget
+    if isinstance(backend, str):
+        backend = load_backend(backend, folder, manifest, threads, max_sessions)
+    target = TargetModel(folder, manifest, backend)
+    return folder, manifest, backend, target, max_sessions, budget
 
 
 def check_limits(manifest: Manifest, max_sessions: int, max_session_tokens: int) -> int:

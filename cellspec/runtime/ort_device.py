@@ -21,7 +21,7 @@ import numpy as np
 
 from cellspec import artifact as names
 from cellspec.artifact import LayerCache, Manifest
-from cellspec.errors import ExecutionFailed, InvalidArtifact
+from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
 from cellspec.runtime.backend import Backend, Engine, Pools, TensorSpec
 from cellspec.runtime.bindings import GraphIds, shape_of, step_dims
 from cellspec.runtime.device import Buffer
@@ -32,6 +32,7 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
               "tensor(int64)": np.int64, "tensor(bool)": np.bool_, "tensor(bfloat16)": None}
 _BF16 = 16  # onnx.TensorProto.BFLOAT16: numpy has no bfloat16, bind it by its ONNX type
 QUIET = 4
+_INSTALL = "pip install 'cellspec[gpu]' (onnxruntime-gpu and pycuda)"
 # Merges the QKV and gate/up Slices back into a Split, whose uneven sizes the CUDA provider
 # copies from the host on every call (replayed by every CUDA graph).
 DISABLED_OPTIMIZERS = ["GatherSliceToSplitFusion"]
@@ -209,6 +210,46 @@ class OrtDeviceBackend(Backend):
         return self.sampler.fetch(names.TOKENS, sample_dims)
 
 
+def device_limits(manifest: Manifest, max_sessions: int) -> dict[str, int]:
+    """The largest value of every dim name the graphs bind: buffers are allocated at these.
+    S rows (sessions, or a static bucket), Q tokens per row, N cells per row (the context),
+    R logits rows (a static piece returns every slot's; a verify every owner's block), O
+    owners of a draft block."""
+    target = manifest.target
+    rows = max(max_sessions, target.batch_buckets[-1])
+    block = manifest.draft.block_size if manifest.draft else 1
+    return {"S": rows, "Q": manifest.max_step_width, "N": manifest.max_context,
+            "R": rows * max(target.static_widths[-1], block), "O": rows}
+
+
+def device_policy(manifest: Manifest) -> ShapePolicy:
+    """Static pieces: the manifest's static widths and batch buckets, cells read in powers of
+    two from 64 up to the context."""
+    target = manifest.target
+    return ShapePolicy(target.static_widths, target.batch_buckets, 64, manifest.max_context)
+
+
+def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> OrtDeviceBackend:
+    """`ort-cuda`: ONNX Runtime's CUDA provider over PyCUDA memory, CUDA graphs per static
+    shape. Says exactly what is missing when onnxruntime-gpu, PyCUDA or a GPU is not there."""
+    import onnxruntime as ort
+
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # the CUDA and cuDNN libraries, before the first CUDA session
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise InvalidArgument(f"backend ort-cuda needs onnxruntime-gpu: this onnxruntime "
+                              f"{ort.__version__} offers {ort.get_available_providers()}; "
+                              f"{_INSTALL}")
+    from cellspec.runtime.device import CudaDevice
+
+    device = CudaDevice()
+    providers = [("CUDAExecutionProvider", {"device_id": "0", "enable_cuda_graph": "1"})]
+    sampler = folder / manifest.graphs["sample"] if "sample" in manifest.graphs else None
+    return OrtDeviceBackend("ort-cuda", device, providers,
+                            device_limits(manifest, max_sessions), device_policy(manifest),
+                            sampler)
+
+
 def _graph_key(feeds: dict[str, np.ndarray]) -> tuple:
     return tuple(sorted((name, array.shape) for name, array in feeds.items()))
 
@@ -221,7 +262,8 @@ def _make_session(path: Path, providers: list):
     options = ort.SessionOptions()
     options.log_severity_level = QUIET
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if providers != ["CPUExecutionProvider"]:  # every node on the device, or a refusal
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     try:
         return ort.InferenceSession(str(path), options, providers=providers,
                                     disabled_optimizers=DISABLED_OPTIMIZERS)

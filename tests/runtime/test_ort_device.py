@@ -1,0 +1,118 @@
+"""The IOBinding backend (what `ort-cuda` runs) on the CPU over numpy memory: buffers bound by
+address, staged inputs, pools committed through pointer tables, static pieces padded to
+buckets, draws made by the graphs (argmax in the target, the sampler graph on its logits). It
+must produce exactly what `ort-cpu` produces."""
+
+import numpy as np
+import pytest
+
+from cellspec.artifact import Manifest
+from cellspec.errors import InvalidArgument
+from cellspec.runtime.bindings import GraphIds, evaluate, learn_dims, shape_of, step_dims
+from cellspec.runtime.device import HostDevice
+from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.executor import Executor
+from cellspec.runtime.ort_device import OrtDeviceBackend, device_limits, device_policy
+from cellspec.runtime.types import BatchInput
+
+from .test_dflash_oracle import spec_decode
+from .test_executor import GREEDY, SAMPLED, decode, prompts, run_alone
+
+
+def host_backend(artifact, max_sessions):
+    manifest = Manifest.load(artifact)
+    return OrtDeviceBackend("ort-host", HostDevice(), ["CPUExecutionProvider"],
+                            device_limits(manifest, max_sessions), device_policy(manifest),
+                            artifact / manifest.graphs["sample"])
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_bound_batch_equals_cpu_alone(tiny_artifact, sampling):
+    cpu = Executor.load(tiny_artifact, max_sessions=8)
+    texts = prompts(6, seed=3)
+    alone = [run_alone(cpu, p, sampling, seed=20 + i, steps=10) for i, p in enumerate(texts)]
+    bound = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 8), max_sessions=8)
+    sids = [bound.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        bound.set_sampling(sid, sampling, 20 + i)
+    outs = bound.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
+    firsts = [o.token for o in outs]
+    batched = [[f] + rest for f, rest in zip(firsts, decode(bound, sids, firsts, 9))]
+    assert batched == alone
+    # decode steps were static: 6 rows padded to the bucket of 8, cells to powers of two
+    assert any(key.startswith("static 8x1") for key in bound.target.stats)
+    for sid in sids:
+        bound.close_session(sid)
+    assert bound.cache.num_used == 0
+
+
+def test_bound_pools_hold_what_cpu_pools_hold(tiny_artifact):
+    """The commit kernel's work: every session's cells carry the same keys as on ort-cpu."""
+    texts = prompts(3, seed=9)
+    runs = []
+    for backend in ("ort-cpu", host_backend(tiny_artifact, 4)):
+        executor = Executor.load(tiny_artifact, backend=backend, max_sessions=4)
+        sids = [executor.open_session() for _ in texts]
+        for sid in sids:
+            executor.set_sampling(sid, GREEDY)
+        executor.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
+        pools = executor.target.pools
+        keys = []
+        for sid in sids:
+            cells = executor.cache.cells_of(sid)
+            if hasattr(pools, "arrays"):
+                keys.append(pools.arrays["k_pool.1"][cells])
+            else:
+                buffer = pools.buffers["k_pool.1"]
+                rows = np.empty(pools.shape, np.float32)
+                pools.device.download(rows, buffer)
+                keys.append(rows[cells])
+        runs.append(keys)
+    for cpu, bound in zip(*runs):
+        np.testing.assert_allclose(bound, cpu, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_bound_speculation_equals_cpu_plain(dflash_artifact, sampling):
+    plain = Executor.load(dflash_artifact, max_sessions=4)
+    texts = prompts(3, seed=5)
+    expected = [run_alone(plain, p, sampling, seed=7 + i, steps=16) for i, p in enumerate(texts)]
+    spec = DFlashExecutor.load(dflash_artifact, backend=host_backend(dflash_artifact, 4),
+                               max_sessions=4)
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, 7 + i)
+    assert spec_decode(spec, sids, texts, 14) == [e[:14] for e in expected]
+    assert spec.stats.cycles > 0
+    assert any(key.startswith("draft_block [4x") for key in spec.draft.stats)
+
+
+def test_limits_and_policy_follow_the_manifest(dflash_artifact):
+    manifest = Manifest.load(dflash_artifact)
+    widths, buckets = manifest.target.static_widths, manifest.target.batch_buckets
+    limits = device_limits(manifest, max_sessions=40)
+    assert limits == {"S": 40, "Q": manifest.max_step_width, "N": manifest.max_context,
+                      "R": 40 * max(widths[-1], manifest.draft.block_size), "O": 40}
+    policy = device_policy(manifest)
+    assert (policy.static_widths, policy.batch_buckets) == (widths, buckets)
+    assert policy.max_cells == manifest.max_context
+
+
+def test_dims_are_learnt_from_inputs_and_give_output_shapes():
+    inputs = {"tokens": ("S", "Q"), "cell_table": ("S", "N"), "attn_mask": ("S", 1, "Q", "N + Q")}
+    dims = step_dims(inputs, {"tokens": (4, 2), "cell_table": (4, 64),
+                              "attn_mask": (4, 1, 2, 66)})
+    assert dims == {"S": 4, "Q": 2, "N": 64}
+    assert shape_of(("S", "Q", 192), dims) == (4, 2, 192)
+    assert evaluate("O * 4", {"O": 3}) == 12 and evaluate("N + 4", {"N": 5}) == 9
+    with pytest.raises(InvalidArgument, match="dim S is 5"):
+        learn_dims(("S", "N"), (5, 64), dict(dims), "cell_table")
+    with pytest.raises(InvalidArgument, match="size 3"):
+        learn_dims(("S", 1), (4, 3), {}, "mask")
+    with pytest.raises(InvalidArgument, match="no value for R"):
+        evaluate("R", dims)
+
+
+def test_graph_ids_are_stable_and_bounded():
+    ids = GraphIds(limit=2)
+    assert [ids.get(k) for k in ("a", "b", "a", "c", None, "b")] == [0, 1, 0, -1, -1, 1]
