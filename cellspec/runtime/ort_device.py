@@ -14,10 +14,14 @@ the taps, the proposals.
 
 from __future__ import annotations
 
+import time
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import TensorProto
 
 from cellspec import artifact as names
 from cellspec.artifact import LayerCache, Manifest
@@ -150,6 +154,7 @@ class OrtDeviceBackend(Backend):
         self.sampler: DeviceEngine | None = None
         self.cells = device.alloc(8 * limits["S"] * limits["Q"])
         self.cells_staging = device.pinned(8 * limits["S"] * limits["Q"])
+        self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, all runs
 
     def shape_policy(self, manifest: Manifest) -> ShapePolicy:
         return self.policy
@@ -165,6 +170,7 @@ class OrtDeviceBackend(Backend):
             outputs: list[str], cells: np.ndarray | None = None,
             draws: Draws | None = None, static: bool = False) -> dict[str, np.ndarray]:
         assert isinstance(engine, DeviceEngine) and isinstance(pools, DevicePools)
+        clock = _Clock(self.timings)
         dims = engine.stage(feeds)
         for name in pools.names:
             if name in engine.inputs:
@@ -175,13 +181,18 @@ class OrtDeviceBackend(Backend):
         if draws is not None:
             wanted.append(names.GREEDY if draws.is_greedy else names.LOGITS)
         engine.bind_outputs(dims, list(dict.fromkeys(wanted)))
+        clock.lap("stage")
         engine.run(_graph_key(feeds) if static else None)
+        clock.lap("run")
         if cells is not None:
             pool_table, new_table = pools.tables_for(engine)
             self.device.commit(pool_table, new_table, self.cells, cells.size, pools.row_bytes)
+            clock.lap("commit")
         result = {name: engine.fetch(name, dims) for name in outputs}
+        clock.lap("fetch")
         if draws is not None:
             result[DRAWN] = self._draw(engine, dims, draws, static)
+            clock.lap("draw")
         return result
 
     def _stage_cells(self, cells: np.ndarray) -> None:
@@ -208,6 +219,18 @@ class OrtDeviceBackend(Backend):
         self.sampler.bind_outputs(sample_dims, [names.TOKENS])
         self.sampler.run((("R", rows),) if static else None)
         return self.sampler.fetch(names.TOKENS, sample_dims)
+
+
+class _Clock:
+    """Host seconds between laps, added to `totals` by phase name."""
+
+    def __init__(self, totals: dict[str, float]) -> None:
+        self.totals, self.last = totals, time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.totals[phase] += now - self.last
+        self.last = now
 
 
 def device_limits(manifest: Manifest, max_sessions: int) -> dict[str, int]:
@@ -254,11 +277,44 @@ def _graph_key(feeds: dict[str, np.ndarray]) -> tuple:
     return tuple(sorted((name, array.shape) for name, array in feeds.items()))
 
 
+# ops the CUDA provider of ONNX Runtime 1.31 has no kernel for, by input element type
+CUDA_KERNEL_GAPS = {TensorProto.BFLOAT16: {"Reciprocal", "ReduceMax", "ArgMax", "CumSum"}}
+
+
+def unsupported_nodes(model: onnx.ModelProto, gaps: dict[int, set[str]]) -> list[str]:
+    """The nodes (name, op, input type) a provider would leave to the CPU: those whose first
+    input's element type has no kernel for their op."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in (
+        *inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    types |= {t.name: t.data_type for t in inferred.graph.initializer}
+    found = []
+    for node in inferred.graph.node:
+        element = types.get(node.input[0]) if node.input else None
+        if node.op_type in gaps.get(element, ()):
+            found.append(f"{node.name or '(unnamed)'} ({node.op_type} on "
+                         f"{TensorProto.DataType.Name(element).lower()})")
+    return found
+
+
+def _check_placeable(path: Path, providers: list) -> None:
+    """Refuse, naming the node, a graph the CUDA provider cannot run whole: rather than let
+    ONNX Runtime fall back to the CPU silently (or refuse without naming it)."""
+    if providers and providers[0][0] == "CUDAExecutionProvider":
+        missing = unsupported_nodes(onnx.load(str(path), load_external_data=False),
+                                    CUDA_KERNEL_GAPS)
+        if missing:
+            raise InvalidArtifact(f"{path.name}: the CUDA provider has no kernel for node "
+                                  f"{missing[0]} ({len(missing)} such nodes); export with "
+                                  "--dtype float16")
+
+
 def _make_session(path: Path, providers: list):
     import onnxruntime as ort
 
     if not path.is_file():
         raise InvalidArtifact(f"{path}: graph file missing")
+    _check_placeable(path, providers)
     options = ort.SessionOptions()
     options.log_severity_level = QUIET
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

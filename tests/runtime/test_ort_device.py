@@ -116,3 +116,31 @@ def test_dims_are_learnt_from_inputs_and_give_output_shapes():
 def test_graph_ids_are_stable_and_bounded():
     ids = GraphIds(limit=2)
     assert [ids.get(k) for k in ("a", "b", "a", "c", None, "b")] == [0, 1, 0, -1, -1, 1]
+
+
+def test_nodes_the_cuda_provider_cannot_run_are_named(tmp_path):
+    from onnx import TensorProto, helper
+
+    from cellspec.errors import InvalidArtifact
+    from cellspec.runtime.ort_device import CUDA_KERNEL_GAPS, _check_placeable, unsupported_nodes
+
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMax", ["x"], ["m"], name="/norm/ReduceMax", keepdims=1),
+         helper.make_node("Cast", ["m"], ["y"], name="/cast", to=TensorProto.FLOAT),
+         helper.make_node("ArgMax", ["y"], ["z"], name="/argmax")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("z", TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    # ArgMax on float32 runs; ReduceMax on bfloat16 has no CUDA kernel
+    assert unsupported_nodes(model, CUDA_KERNEL_GAPS) == ["/norm/ReduceMax (ReduceMax on bfloat16)"]
+    path = tmp_path / "g.onnx"
+    onnx_save(model, path)
+    with pytest.raises(InvalidArtifact, match=r"no kernel for node /norm/ReduceMax"):
+        _check_placeable(path, [("CUDAExecutionProvider", {})])
+    _check_placeable(path, ["CPUExecutionProvider"])  # the CPU provider runs it
+
+
+def onnx_save(model, path):
+    import onnx
+
+    onnx.save(model, str(path))

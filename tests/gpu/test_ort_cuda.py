@@ -1,0 +1,103 @@
+"""`ort-cuda` on a GPU: the same tokens as `ort-cpu`, CUDA-graph replay equal to uncaptured
+runs, batch invariance, speculation invariance, and float16/bfloat16 logits close to float32."""
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.executor import Executor
+from cellspec.runtime.planner import ShapePolicy
+from cellspec.runtime.types import BatchInput, Sampling
+from tests.e2e.test_smollm2 import NEW_TOKENS, PROMPTS
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+SAMPLED = Sampling(temperature=0.7, top_p=0.9)
+
+
+def prompt_ids(artifact):
+    tokenizer = Tokenizer.from_file(str(artifact / "tokenizer.json"))
+    return [tokenizer.encode(p, add_special_tokens=False).ids for p in PROMPTS]
+
+
+def decode(executor, prompts, sampling, steps, seeds=None):
+    """Every prompt in one batch, then `steps` - 1 decode steps; tokens per prompt."""
+    sids = [executor.open_session() for _ in prompts]
+    for i, sid in enumerate(sids):
+        executor.set_sampling(sid, sampling, (seeds or [5] * len(sids))[i])
+    outs = executor.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, prompts)])
+    produced = {o.sid: list(o.tokens) for o in outs}
+    while any(len(produced[s]) < steps for s in sids):
+        live = [s for s in sids if len(produced[s]) < steps]
+        for out in executor.execute([BatchInput(s, (produced[s][-1],), executor.pos(s))
+                                     for s in live]):
+            produced[out.sid].extend(out.tokens)
+    for sid in sids:
+        executor.close_session(sid)
+    return [produced[s][:steps] for s in sids]
+
+
+def test_float32_greedy_equals_cpu(smollm2_by_dtype):
+    artifact = smollm2_by_dtype("float32")
+    ids = prompt_ids(artifact)
+    cpu = decode(Executor.load(artifact, max_sessions=4), ids, Sampling(), NEW_TOKENS)
+    cuda = decode(Executor.load(artifact, backend="ort-cuda", max_sessions=4), ids,
+                  Sampling(), NEW_TOKENS)
+    assert cuda == cpu
+
+
+def test_graph_replay_equals_uncaptured(smollm2_by_dtype):
+    artifact = smollm2_by_dtype("float16")
+    ids = prompt_ids(artifact)
+    captured = Executor.load(artifact, backend="ort-cuda", max_sessions=4)
+    uncaptured = Executor.load(artifact, backend="ort-cuda", max_sessions=4)
+    uncaptured.target.policy = ShapePolicy()  # exact shapes: every step runs uncaptured
+    for sampling in (Sampling(), SAMPLED):
+        assert decode(captured, ids, sampling, 48) == decode(uncaptured, ids, sampling, 48)
+    assert captured.target.engine.graph_ids.ids  # graphs were captured and replayed
+    assert not uncaptured.target.engine.graph_ids.ids
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
+def test_batch_of_eight_equals_each_alone(smollm2_by_dtype, sampling):
+    artifact = smollm2_by_dtype("float16")
+    ids = (prompt_ids(artifact) * 2)[:8]
+    executor = Executor.load(artifact, backend="ort-cuda", max_sessions=8)
+    seeds = list(range(8))
+    alone = [decode(executor, [p], sampling, 32, [s])[0] for p, s in zip(ids, seeds)]
+    assert decode(executor, ids, sampling, 32, seeds) == alone
+
+
+@pytest.mark.parametrize("dtype, tolerance", [("float16", 3e-2), ("bfloat16", 8e-2)])
+def test_half_precision_logits_near_float32(smollm2_by_dtype, dtype, tolerance):
+    """max |logits - logits_f32| / max |logits_f32| over a prompt and 16 decoded positions."""
+    ids = prompt_ids(smollm2_by_dtype("float32"))[0]
+    logits = {}
+    for name in ("float32", dtype):
+        executor = Executor.load(smollm2_by_dtype(name), backend="ort-cuda", max_sessions=1)
+        sid = executor.open_session()
+        seq = np.full(len(ids), sid, np.int64)
+        result = executor.target.forward(seq, np.asarray(ids), np.arange(len(ids)))
+        logits[name] = result.logits
+    error = np.abs(logits[dtype] - logits["float32"]).max() / np.abs(logits["float32"]).max()
+    print(f"{dtype}: max relative logits error {error:.2e}")
+    assert error < tolerance
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
+def test_speculation_equals_plain(sampling, tmp_path_factory, smollm2_gguf):
+    from cellspec.drafts import bundled_draft
+    from cellspec.export import ExportConfig, export
+
+    draft = bundled_draft()
+    if draft is None:
+        pytest.skip("no bundled draft")
+    out = tmp_path_factory.mktemp("spec") / "artifact"
+    export(smollm2_gguf, out, ExportConfig(dtype="float16", max_context=1024, max_cells=4096),
+           progress=False, draft=draft)
+    ids = prompt_ids(out)
+    plain = decode(Executor.load(out, backend="ort-cuda", max_sessions=4), ids, sampling, 48,
+                   [1, 2, 3, 4])
+    spec = DFlashExecutor.load(out, backend="ort-cuda", max_sessions=4)
+    assert decode(spec, ids, sampling, 48, [1, 2, 3, 4]) == plain
+    assert spec.stats.cycles > 0

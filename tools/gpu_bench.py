@@ -1,0 +1,318 @@
+"""`ort-cuda` on a GPU: whole decode steps, their breakdown, DFlash cycles, against the weight
+floor (weight bytes / bandwidth) and, beside it, ONNX Runtime GenAI's figures of the same sitting.
+
+A decode step is what `Executor.execute` does for one token per session: stage the ids, masks
+and cell tables, replay the captured CUDA graph of the static shape, commit the keys/values,
+take each row's argmax (or run the sampler graph) on the device and bring back the tokens.
+
+    python tools/gpu_bench.py steps --shapes A,B,C --batches 1,8,32 --out DIR
+    python tools/gpu_bench.py dflash --shape C --out DIR          # a cycle over an AR step
+    python tools/gpu_bench.py smollm2 --draft DRAFT --out DIR      # real weights, plain vs spec
+    python tools/gpu_bench.py flips --draft DRAFT --prompts 200 --out DIR
+
+Shapes (random weights, float16): A = SmolLM2-135M; B = 8 Qwen3-8B-shaped Llama layers, vocab
+32000, untied (GenAI's shape B); C = Qwen3-8B (36 layers, q/k norm, vocab 151936).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SMOLLM2 = dict(architectures=["LlamaForCausalLM"], vocab_size=49152, hidden_size=576,
+               intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+               num_key_value_heads=3, tie_word_embeddings=True, max_position_embeddings=8192,
+               rms_norm_eps=1e-5, rope_theta=100000.0, bos_token_id=1, eos_token_id=2)
+QWEN3_8B_LAYERS = dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32,
+                       num_key_value_heads=8, vocab_size=32000, tie_word_embeddings=False)
+SHAPES = {
+    "A": SMOLLM2,
+    "B": {**SMOLLM2, **QWEN3_8B_LAYERS, "num_hidden_layers": 8},
+    "C": {**SMOLLM2, **QWEN3_8B_LAYERS, "architectures": ["Qwen3ForCausalLM"],
+          "num_hidden_layers": 36, "vocab_size": 151936, "head_dim": 128,
+          "rope_theta": 1000000.0, "max_position_embeddings": 40960},
+}
+DRAFT_TAPS = [1, 9, 17, 25, 33]
+BACKEND = ["ort-cuda"]  # --backend ort-cpu dry-runs the tool on a machine without a GPU
+
+
+class RandomTensors(Mapping[str, np.ndarray]):
+    """Every tensor a checkpoint of `config` has, made on access from one random block (the
+    values only need to be finite and small: this is for timing)."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> None:
+        self.shapes = shapes
+        self.block = (0.02 * np.random.default_rng(seed).standard_normal(1 << 20)).astype(
+            np.float32)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        shape = self.shapes[name]
+        if name.endswith("norm.weight"):
+            return np.ones(shape, np.float32)
+        return np.resize(self.block, shape)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+def checkpoint_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    h, inner, layers = config["hidden_size"], config["intermediate_size"], \
+        config["num_hidden_layers"]
+    d = config.get("head_dim", h // config["num_attention_heads"])
+    q, kv = config["num_attention_heads"] * d, config["num_key_value_heads"] * d
+    shapes = {"model.embed_tokens.weight": (config["vocab_size"], h), "model.norm.weight": (h,)}
+    if not config["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (config["vocab_size"], h)
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes |= {p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+                   p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+                   p + "mlp.gate_proj.weight": (inner, h), p + "mlp.up_proj.weight": (inner, h),
+                   p + "mlp.down_proj.weight": (h, inner), p + "input_layernorm.weight": (h,),
+                   p + "post_attention_layernorm.weight": (h,)}
+        if "Qwen3" in config["architectures"][0]:
+            shapes |= {p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)}
+    return shapes
+
+
+def export_shape(shape: str, out: Path, dtype: str, context: int, sessions: int,
+                 draft: Path | None = None) -> Path:
+    from cellspec.export import ExportConfig, export
+    from cellspec.export.checkpoint import Checkpoint
+
+    if (out / "manifest.json").is_file():
+        return out
+    config = SHAPES[shape]
+    checkpoint = Checkpoint(config, RandomTensors(checkpoint_shapes(config)), name=shape)
+    start = time.perf_counter()
+    export(checkpoint, out, ExportConfig(dtype=dtype, max_context=context + 64,
+                                         max_cells=sessions * (context + 64) + 64,
+                                         static_widths=(1, 2, 4, 8, 16)),
+           progress=False, draft=draft)
+    print(f"[export {shape}] {time.perf_counter() - start:.1f} s", flush=True)
+    return out
+
+
+def weight_bytes(folder: Path) -> int:
+    return (folder / "weights.bin").stat().st_size
+
+
+def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
+                sampling=None) -> dict:
+    """Prefill `batch` sessions to `context` - steps tokens, then time decode steps."""
+    from cellspec.runtime.types import BatchInput, Sampling
+
+    rng = np.random.default_rng(batch)
+    sids = [executor.open_session() for _ in range(batch)]
+    for sid in sids:
+        executor.set_sampling(sid, sampling or Sampling(), 1)
+    prompt = context - steps - warmup
+    outs = executor.execute([BatchInput(s, tuple(rng.integers(3, 1000, prompt).tolist()), 0)
+                             for s in sids])
+    tokens = [o.token for o in outs]
+    backend = executor.backend
+    times, engine_seconds = [], []
+    for k in range(warmup + steps):
+        if k == warmup:
+            _reset(backend)
+        engine_before = sum(s.seconds for s in executor.target.stats.values())
+        start = time.perf_counter()
+        outs = executor.execute([BatchInput(s, (t,), executor.pos(s))
+                                 for s, t in zip(sids, tokens)])
+        elapsed = time.perf_counter() - start
+        tokens = [o.tokens[-1] for o in outs]
+        if k >= warmup:
+            times.append(elapsed)
+            engine_seconds.append(sum(s.seconds for s in executor.target.stats.values())
+                                  - engine_before)
+    for sid in sids:
+        executor.close_session(sid)
+    step = statistics.median(times)
+    phases = {k: 1e3 * v / steps for k, v in getattr(backend, "timings", {}).items()}
+    return {"batch": batch, "context": context, "step_ms": 1e3 * step,
+            "step_p90_ms": 1e3 * sorted(times)[int(0.9 * len(times))],
+            "host_outside_engine_ms": 1e3 * statistics.median(
+                [t - e for t, e in zip(times, engine_seconds)]),
+            "phases_ms_per_step": phases, "tokens_per_s": batch / step}
+
+
+def _reset(backend) -> None:
+    if hasattr(backend, "timings"):
+        backend.timings.clear()
+
+
+def cmd_steps(args) -> None:
+    from cellspec.runtime.executor import Executor
+
+    results = []
+    for shape in args.shapes.split(","):
+        sessions = max(int(b) for b in args.batches.split(","))
+        folder = export_shape(shape, args.work / f"shape-{shape}", args.dtype, args.context,
+                              sessions)
+        floor = weight_bytes(folder) / args.bandwidth
+        executor = Executor.load(folder, backend=BACKEND[0], max_sessions=sessions)
+        for batch in (int(b) for b in args.batches.split(",")):
+            row = {"shape": shape, "dtype": args.dtype, "floor_ms": 1e3 * floor,
+                   **time_decode(executor, batch, args.context, args.steps)}
+            row["x_floor"] = row["step_ms"] / row["floor_ms"]
+            results.append(row)
+            print(json.dumps(row), flush=True)
+        del executor
+    write(args.out / "steps.json", results)
+
+
+def cmd_dflash(args) -> None:
+    """A DFlash cycle (drain, draft block, verify of 16, commit) against a plain AR step at the
+    same context, batch 1 and 8: a random draft accepts nothing, so each cycle makes one token
+    and its time is the cycle's cost."""
+    from cellspec.runtime.dflash import DFlashExecutor
+    from cellspec.runtime.executor import Executor
+    from tests.reference.zlab_draft import write_random_draft
+
+    config = SHAPES[args.shape]
+    layers = config["num_hidden_layers"]
+    taps = DRAFT_TAPS if DRAFT_TAPS[-1] < layers else [1, layers // 2, layers - 2]
+    draft = write_random_draft(args.work / f"draft-{args.shape}", hidden=config["hidden_size"],
+                               vocab=config["vocab_size"], num_target_layers=layers, taps=taps,
+                               block_size=16, mask_token_id=5, num_layers=5,
+                               heads=config["num_attention_heads"],
+                               kv_heads=config["num_key_value_heads"],
+                               head_dim=config.get("head_dim", config["hidden_size"]
+                                                   // config["num_attention_heads"]),
+                               intermediate=config["intermediate_size"], scale=0.02)
+    folder = export_shape(args.shape, args.work / f"shape-{args.shape}-dflash", args.dtype,
+                          args.context, 8, draft)
+    rows = []
+    for batch in (1, 8):
+        plain = time_decode(Executor.load(folder, backend=BACKEND[0], max_sessions=8), batch,
+                            args.context, args.steps)
+        spec = DFlashExecutor.load(folder, backend=BACKEND[0], max_sessions=8, n_draft=15)
+        cycle = time_decode(spec, batch, args.context, args.steps)
+        methods = {name: 1e3 * s.seconds / max(s.calls, 1) for name, s in
+                   {**spec.draft.stats, **spec.target.stats}.items()}
+        rows.append({"shape": args.shape, "batch": batch, "plain_step_ms": plain["step_ms"],
+                     "cycle_ms": cycle["step_ms"], "cycle_over_step":
+                     cycle["step_ms"] / plain["step_ms"], "tau": spec.stats.tau,
+                     "ms_per_call": methods})
+        print(json.dumps(rows[-1]), flush=True)
+    write(args.out / "dflash.json", rows)
+
+
+def cmd_smollm2(args) -> None:
+    """The real SmolLM2 (float16 from the GGUF) with the shipped draft: tokens/s plain and
+    speculative on held-out prompts, greedy, batch 1 and 8."""
+    from cellspec.llm import LLM, SamplingParams
+
+    folder = export_real(args)
+    prompts = held_out_prompts(8)
+    rows = []
+    for speculation in (False, True):
+        llm = LLM(folder, backend=BACKEND[0], max_sessions=8, speculation=speculation)
+        llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
+        for batch in (1, 8):
+            start = time.perf_counter()
+            outs = llm.generate(prompts[:batch], SamplingParams(max_tokens=args.tokens,
+                                                                ignore_eos=True))
+            seconds = time.perf_counter() - start
+            tokens = sum(len(o.token_ids) for o in outs)
+            stats = getattr(llm.executor, "stats", None)
+            rows.append({"speculation": speculation, "batch": batch, "tokens_per_s":
+                         tokens / seconds, "tau": stats.tau if stats else None})
+            print(json.dumps(rows[-1]), flush=True)
+    write(args.out / "smollm2.json", rows)
+
+
+def cmd_flips(args) -> None:
+    """Speculation on against off over many held-out prompts, greedy and seeded: the fraction
+    of prompts whose tokens are identical, and where the others first differ."""
+    from cellspec.llm import LLM, SamplingParams
+
+    folder = export_real(args)
+    prompts = held_out_prompts(args.prompts)
+    report = {}
+    for mode, params in (("greedy", SamplingParams(max_tokens=args.tokens)),
+                         ("seeded", SamplingParams(temperature=0.7, top_p=0.9, seed=11,
+                                                   max_tokens=args.tokens))):
+        texts = {}
+        for speculation in (False, True):
+            llm = LLM(folder, backend=BACKEND[0], max_sessions=32, speculation=speculation)
+            texts[speculation] = [o.token_ids for o in llm.generate(prompts, params)]
+        same = [a == b for a, b in zip(texts[False], texts[True])]
+        firsts = [next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+                  for a, b, s in zip(texts[False], texts[True], same) if not s and
+                  any(x != y for x, y in zip(a, b))]
+        report[mode] = {"prompts": len(prompts), "identical": sum(same),
+                        "flip_rate": 1 - sum(same) / len(prompts),
+                        "first_difference_positions": firsts}
+        print(mode, json.dumps(report[mode]), flush=True)
+    write(args.out / "flips.json", report)
+
+
+def export_real(args) -> Path:
+    from cellspec.export import ExportConfig, export
+    from cellspec.export.gguf import find_bundled_gguf
+
+    folder = args.work / "smollm2-real"
+    if not (folder / "manifest.json").is_file():
+        export(find_bundled_gguf(), folder, ExportConfig(dtype="float16", max_context=1024,
+                                                         max_cells=32 * 1024 + 64),
+               progress=False, draft=args.draft)
+    return folder
+
+
+def held_out_prompts(count: int) -> list[str]:
+    path = ROOT / "tools" / "data" / "dflash_prompts.jsonl"
+    if path.is_file():
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        held = [r["prompt"] for r in rows if r.get("split") == "heldout"]
+        if held:
+            return (held * (count // len(held) + 1))[:count]
+    topics = ["the sea", "a lighthouse", "prime numbers", "Python lists", "the moon", "bread"]
+    return [f"Tell me about {topics[i % len(topics)]} ({i})." for i in range(count)]
+
+
+def write(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("steps", "dflash", "smollm2", "flips"):
+        sub = commands.add_parser(name)
+        sub.add_argument("--out", type=Path, required=True)
+        sub.add_argument("--work", type=Path, default=Path("/tmp/cellspec-gpu"))
+        sub.add_argument("--dtype", default="float16")
+        sub.add_argument("--context", type=int, default=1024)
+        sub.add_argument("--steps", type=int, default=32)
+        sub.add_argument("--bandwidth", type=float, default=4.3e12)
+        sub.add_argument("--draft", type=Path)
+        sub.add_argument("--tokens", type=int, default=64)
+        sub.add_argument("--prompts", type=int, default=200)
+    commands.choices["steps"].add_argument("--shapes", default="A,B,C")
+    commands.choices["steps"].add_argument("--batches", default="1,8,32")
+    commands.choices["dflash"].add_argument("--shape", default="C")
+    for sub in commands.choices.values():
+        sub.add_argument("--backend", default="ort-cuda")
+    args = parser.parse_args()
+    BACKEND[0] = args.backend
+    {"steps": cmd_steps, "dflash": cmd_dflash, "smollm2": cmd_smollm2,
+     "flips": cmd_flips}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
