@@ -1,0 +1,261 @@
+"""Random operations, valid and invalid, on both executors (seeded, bounded in time).
+
+Every token an executor produces is checked against a solo replay: a fresh plain executor
+fed the session's whole history in one step must draw the same token at that position (with
+speculation too: speculation never changes the text). Every refused operation must leave the
+caches, the sessions and the pools exactly as they were. Injected engine failures must poison
+exactly the batch's sessions.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from cellspec.errors import ExecutionFailed, InvalidArgument
+from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.executor import Executor
+from cellspec.runtime.types import BatchInput, Sampling
+
+OPERATIONS = 1500
+SECONDS = 45  # the bound in time: stop early rather than slow CI down
+BUDGET = 96
+SAMPLINGS = [Sampling(), Sampling(temperature=0.8, top_p=0.9), Sampling(1.2, 1.0, 20)]
+
+
+def state(executor) -> tuple:
+    """A deep snapshot: cell caches, sessions (with draft state), pools."""
+    sessions = tuple(sorted(
+        (sid, s.sampling, s.seed, s.is_poisoned,
+         None if s.draft is None else (s.draft.pending, tuple(r.tobytes() for r in s.draft.hidden)))
+        for sid, s in executor.sessions.sessions.items()))
+    pools = tuple(a.tobytes() for a in executor.target.pools.arrays.values())
+    draft = getattr(executor, "draft", None)
+    caches = (executor.cache.snapshot(), draft.cache.snapshot() if draft else None)
+    return caches, sessions, pools
+
+
+class Fuzzer:
+    def __init__(self, executor, reference: Executor, rng: np.random.Generator) -> None:
+        self.ex, self.ref, self.rng = executor, reference, rng
+        self.history: dict[int, list[int]] = {}  # tokens the target holds, by position
+        self.sampling: dict[int, tuple[Sampling, int] | None] = {}
+        self.vocab = executor.vocab_size
+        self.counts = dict(outputs=0, refusals=0, poisoned=0)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def live(self) -> list[int]:
+        return sorted(self.history)
+
+    def pick(self) -> int | None:
+        live = self.live()
+        return int(self.rng.choice(live)) if live else None
+
+    def tokens(self, count: int) -> list[int]:
+        return [int(t) for t in self.rng.integers(4, self.vocab, count)]
+
+    def replay(self, sid: int, prefix: list[int]) -> int:
+        """The token a fresh plain session draws after `prefix`."""
+        sampling, seed = self.sampling[sid]
+        ref = self.ref.open_session()
+        self.ref.set_sampling(ref, sampling, seed)
+        token = self.ref.execute([BatchInput(ref, tuple(prefix), 0)])[0].token
+        self.ref.close_session(ref)
+        return token
+
+    def refuse(self, call) -> None:
+        before = state(self.ex)
+        with pytest.raises(InvalidArgument):
+            call()
+        assert state(self.ex) == before
+        self.counts["refusals"] += 1
+
+    # -- operations ------------------------------------------------------------------------
+
+    def op_open(self) -> None:
+        if not self.ex.can_open_session():
+            self.refuse(self.ex.open_session)
+            return
+        sid = self.ex.open_session()
+        self.history[sid], self.sampling[sid] = [], None
+
+    def op_close(self) -> None:
+        sid = self.pick()
+        if sid is None or self.rng.random() < 0.2:
+            self.refuse(lambda: self.ex.close_session(10_000))
+            return
+        self.ex.close_session(sid)
+        del self.history[sid], self.sampling[sid]
+
+    def op_clone(self) -> None:
+        sid = self.pick()
+        if sid is None:
+            return
+        upto = int(self.rng.integers(0, len(self.history[sid]) + 2))
+        if upto > len(self.history[sid]) or not self.ex.can_open_session():
+            self.refuse(lambda: self.ex.clone(sid, upto))
+            return
+        new = self.ex.clone(sid, upto)
+        self.history[new] = self.history[sid][:upto]
+        self.sampling[new] = self.sampling[sid]
+
+    def op_rewind(self) -> None:
+        sid = self.pick()
+        if sid is None:
+            return
+        pos = int(self.rng.integers(-1, len(self.history[sid]) + 2))
+        if not 0 <= pos <= len(self.history[sid]):
+            self.refuse(lambda: self.ex.rewind(sid, pos))
+            return
+        self.ex.rewind(sid, pos)
+        del self.history[sid][pos:]
+
+    def op_sampling(self) -> None:
+        sid = self.pick()
+        if sid is None:
+            return
+        bad_seeds = [-1, 2**64, True, 1.5, "7"]
+        if self.rng.random() < 0.3:
+            seed = bad_seeds[int(self.rng.integers(len(bad_seeds)))]
+            self.refuse(lambda: self.ex.set_sampling(sid, SAMPLINGS[1], seed))
+            return
+        sampling = SAMPLINGS[int(self.rng.integers(len(SAMPLINGS)))]
+        seed = int(self.rng.integers(0, 2**63)) if self.rng.random() < 0.5 else \
+            np.uint64(self.rng.integers(0, 2**63))
+        self.ex.set_sampling(sid, sampling, seed)
+        self.sampling[sid] = (sampling, int(seed))
+
+    def op_execute(self) -> None:
+        chosen = [s for s in self.live() if self.rng.random() < 0.6][:4]
+        batch = [self.make_input(sid) for sid in chosen]
+        batch = [b for b in batch if b is not None]
+        if not batch:
+            return
+        outputs = self.ex.execute(batch)
+        for item, out in zip(batch, outputs):
+            position = int(item.position)
+            fed = [int(t) for t in item.tokens]
+            self.history[item.sid][position:] = fed
+            if out is None:
+                assert not item.produce_output
+                continue
+            assert out.sid == item.sid and item.produce_output
+            for j, token in enumerate(out.tokens):
+                prefix = self.history[item.sid] + list(out.tokens[:j])
+                assert token == self.replay(item.sid, prefix), (item.sid, len(prefix))
+                self.counts["outputs"] += 1
+            self.history[item.sid] += list(out.tokens[:-1])
+            self.pending[item.sid] = out.tokens[-1]
+
+    def make_input(self, sid: int) -> BatchInput | None:
+        frontier = len(self.history[sid])
+        wants = self.sampling[sid] is not None and self.rng.random() < 0.8
+        pending = self.pending.get(sid)
+        if pending is not None and self.rng.random() < 0.7 and frontier < BUDGET - 20:
+            tokens, position = [pending], frontier  # the speculative fast path
+        else:
+            position = int(self.rng.integers(max(0, frontier - 3), frontier + 1))
+            tokens = self.tokens(int(self.rng.integers(1, 6)))
+        if position + len(tokens) > BUDGET - 20:
+            return None
+        self.pending.pop(sid, None)
+        cast = [int, np.int64, np.uint64][int(self.rng.integers(3))]
+        return BatchInput(sid, tuple(cast(t) for t in tokens), cast(position), wants)
+
+    def op_bad_batch(self) -> None:
+        sid = self.pick()
+        if sid is None:
+            return
+        frontier = len(self.history[sid])
+        closed = max(self.history, default=0) + 100
+        bad = [
+            [BatchInput(closed, (5,), 0)],
+            [BatchInput(sid, (self.vocab,), frontier)],
+            [BatchInput(sid, (-1,), frontier)],
+            [BatchInput(sid, (True,), frontier)],
+            [BatchInput(sid, (2.5,), frontier)],
+            [BatchInput(sid, (), frontier)],
+            [BatchInput(sid, (5,), -1)],
+            [BatchInput(sid, (5,), frontier + 1)],
+            [BatchInput(sid, (5,) * (BUDGET + 1 - frontier), frontier)],
+            [BatchInput(sid, (5,), frontier), BatchInput(sid, (6,), frontier)],
+            [BatchInput(sid, (5,), frontier, "yes")],
+            [(sid, (5,), frontier)],
+            [],
+        ]
+        if self.sampling[sid] is None:
+            bad.append([BatchInput(sid, (5,), frontier, True)])
+        self.refuse(lambda: self.ex.execute(bad[int(self.rng.integers(len(bad)))]))
+
+    def op_failure(self, monkeypatch) -> None:
+        """An engine call fails mid-step: exactly the batch's sessions are poisoned."""
+        live = self.live()
+        ready = [s for s in live if len(self.history[s]) + 1 < BUDGET - 20]
+        if not ready:
+            return
+        batch = [BatchInput(s, (5,), len(self.history[s]), False) for s in ready[:2]]
+        others = {s: self.ex.sessions.sessions[s].is_poisoned for s in live if s not in ready[:2]}
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("injected device failure")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(self.ex.backend, "run", broken)
+            with pytest.raises(ExecutionFailed, match="injected device failure"):
+                self.ex.execute(batch)
+        for item in batch:
+            assert self.ex.sessions.sessions[item.sid].is_poisoned
+            self.refuse(lambda sid=item.sid: self.ex.rewind(sid, 0))
+            self.ex.close_session(item.sid)
+            del self.history[item.sid], self.sampling[item.sid]
+            self.pending.pop(item.sid, None)
+        assert {s: self.ex.sessions.sessions[s].is_poisoned for s in others} == others
+        self.counts["poisoned"] += len(batch)
+
+    def run(self, operations: int, monkeypatch) -> None:
+        self.pending: dict[int, int] = {}
+        names = ["open", "close", "clone", "rewind", "sampling", "execute", "bad", "failure"]
+        weights = np.array([0.1, 0.05, 0.07, 0.07, 0.1, 0.45, 0.14, 0.02])
+        deadline = time.monotonic() + SECONDS
+        for _ in range(operations):
+            if time.monotonic() > deadline:
+                break
+            name = names[int(self.rng.choice(len(names), p=weights / weights.sum()))]
+            if name == "failure":
+                self.op_failure(monkeypatch)
+            elif name == "bad":
+                self.op_bad_batch()
+            else:
+                getattr(self, f"op_{name}")()
+            self.ex.cache.check()
+            for sid, tokens in self.history.items():
+                assert self.ex.pos(sid) == len(tokens)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fuzz_plain_executor(tiny_artifact, monkeypatch, seed):
+    executor = Executor.load(tiny_artifact, max_sessions=5, max_session_tokens=BUDGET)
+    reference = Executor.load(tiny_artifact, max_sessions=1, max_session_tokens=BUDGET)
+    fuzzer = Fuzzer(executor, reference, np.random.default_rng(seed))
+    fuzzer.run(OPERATIONS, monkeypatch)
+    assert fuzzer.counts["outputs"] > 200 and fuzzer.counts["refusals"] > 100
+    for sid in list(fuzzer.history):
+        executor.close_session(sid)
+    assert executor.cache.num_used == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fuzz_dflash_executor(dflash_artifact, monkeypatch, seed):
+    executor = DFlashExecutor.load(dflash_artifact, max_sessions=5, max_session_tokens=BUDGET,
+                                   n_draft=3)
+    reference = Executor.load(dflash_artifact, max_sessions=1, max_session_tokens=BUDGET)
+    fuzzer = Fuzzer(executor, reference, np.random.default_rng(seed))
+    fuzzer.run(OPERATIONS, monkeypatch)
+    assert fuzzer.counts["outputs"] > 200 and fuzzer.counts["refusals"] > 100
+    assert executor.stats.cycles > 20
+    for sid in list(fuzzer.history):
+        executor.close_session(sid)
+    assert executor.cache.num_used == 0 and executor.draft.cache.num_used == 0
