@@ -3,16 +3,14 @@
 The cache folder is `$CELLSPEC_CACHE` (default `~/.cache/cellspec`) / `<name>-<hash>`, the hash
 over the checkpoint's absolute path, its files' modification times and the export config, so an
 edited checkpoint or a different config gets a fresh export. An export is written into a temporary
-sibling folder and renamed into place only when complete: a folder under the final name is always
-a whole artifact, whatever interrupted an earlier export.
+sibling folder and renamed into place only when complete (cellspec/staging.py): a folder under the
+final name is always a whole artifact, whatever interrupted an earlier export.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +22,6 @@ if TYPE_CHECKING:
     from cellspec.export.config import ExportConfig
 
 CACHE_ENV = "CELLSPEC_CACHE"
-TEMP_PREFIX = ".partial-"
 
 
 def resolve_model(model: str | Path | None, export_config: ExportConfig | None = None,
@@ -76,19 +73,14 @@ def cache_folder(checkpoint: Path, config: ExportConfig) -> Path:
 
 
 def export_into(checkpoint: Path, folder: Path, config: ExportConfig, progress: bool) -> None:
-    """Export into a temporary sibling of `folder`, then rename it into place."""
+    """Export into `folder`, which another process may be filling at the same time."""
     from cellspec.export import export
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX + folder.name + "-", dir=folder.parent))
+    if folder.exists():
+        raise InvalidArtifact(f"{folder}: not a whole artifact (no {MANIFEST_NAME}); remove it "
+                              f"(`cellspec cache clear {folder.name}`)")
     try:
-        temp.chmod(0o755)  # mkdtemp makes it private; the artifact is an ordinary folder
-        export(checkpoint, temp, config, progress=progress)
-        try:
-            temp.rename(folder)
-        except OSError as error:  # fine when another process finished the same export first
-            if not (folder / MANIFEST_NAME).is_file():
-                raise InvalidArtifact(f"{folder}: cannot move the export there ({error}); "
-                                      "remove that folder") from error
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+        export(checkpoint, folder, config, progress=progress)
+    except FileExistsError:  # fine when another process finished the same export first
+        if not (folder / MANIFEST_NAME).is_file():
+            raise

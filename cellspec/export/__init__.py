@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import onnx
@@ -19,6 +18,7 @@ from cellspec.export.draft_checkpoint import DraftCheckpoint, load_draft
 from cellspec.export.sampler import write_sampler_graphs
 from cellspec.export.target import make_target_graph
 from cellspec.export.weights import WeightStore
+from cellspec.staging import staged_folder
 
 TARGET_GRAPH = "target.onnx"
 
@@ -33,34 +33,37 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     sampler and verifier graphs and manifest.json. With `draft` (a z-lab DFlash checkpoint
     folder), the target also returns the draft's taps, and draft_context.onnx/draft_block.onnx
     borrow the target's embedding and LM head. `out` must be missing or empty; with
-    `overwrite`, an existing artifact there is replaced. Nothing is left in `out` when the
-    export fails."""
+    `overwrite`, an existing artifact there is replaced. The artifact is written into a temporary
+    sibling of `out` and renamed into place only when complete: when the export fails, `out` is
+    left exactly as it was."""
     config = config or ExportConfig()
+    out = _check_out(Path(out), overwrite)
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     hp = read_hparams(ckpt.config)
     draft_ckpt = None if draft is None else load_draft(draft, hp)
     config = _with_draft_taps(config, draft_ckpt)
     _check_against_model(config, hp)
-    out = _prepare_folder(Path(out), overwrite)
-    try:
-        with WeightStore(out) as store:
-            model = make_target_graph(hp, ckpt.tensors, store, config.dtype,
-                                      config.resolved_max_cells, config.taps, progress)
-            drafted = None if draft_ckpt is None else export_draft(
-                draft_ckpt, hp, store, out, dtype=config.dtype,
-                max_cells=config.resolved_max_cells)
-        onnx.save(model, str(out / TARGET_GRAPH))
-        if ckpt.tokenizer_json is not None:
-            (out / artifact.TOKENIZER_NAME).write_text(ckpt.tokenizer_json)
-        manifest = make_manifest(ckpt, hp, config)
-        graphs = write_sampler_graphs(out, hp.vocab_size)
-        manifest = dataclasses.replace(manifest, graphs=graphs)
-        if drafted is not None:
-            manifest = dataclasses.replace(manifest, draft=drafted[0], draft_cache=drafted[1])
-        manifest.save(out)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        raise
+    with staged_folder(out, replace=overwrite) as temp:
+        manifest = _write_artifact(ckpt, hp, config, draft_ckpt, temp, progress)
+    return manifest
+
+
+def _write_artifact(ckpt: Checkpoint, hp: Hparams, config: ExportConfig,
+                    draft_ckpt: DraftCheckpoint | None, out: Path, progress: bool) -> Manifest:
+    with WeightStore(out) as store:
+        model = make_target_graph(hp, ckpt.tensors, store, config.dtype,
+                                  config.resolved_max_cells, config.taps, progress)
+        drafted = None if draft_ckpt is None else export_draft(
+            draft_ckpt, hp, store, out, dtype=config.dtype, max_cells=config.resolved_max_cells)
+    onnx.save(model, str(out / TARGET_GRAPH))
+    if ckpt.tokenizer_json is not None:
+        (out / artifact.TOKENIZER_NAME).write_text(ckpt.tokenizer_json)
+    manifest = make_manifest(ckpt, hp, config)
+    graphs = write_sampler_graphs(out, hp.vocab_size)
+    manifest = dataclasses.replace(manifest, graphs=graphs)
+    if drafted is not None:
+        manifest = dataclasses.replace(manifest, draft=drafted[0], draft_cache=drafted[1])
+    manifest.save(out)
     return manifest
 
 
@@ -113,7 +116,8 @@ def _check_against_model(config: ExportConfig, hp: Hparams) -> None:
                               f"{hp.max_position_embeddings} positions")
 
 
-def _prepare_folder(out: Path, overwrite: bool) -> Path:
+def _check_out(out: Path, overwrite: bool) -> Path:
+    """Refuse an `out` that is a file, or a non-empty folder that may not be replaced."""
     if out.exists() and not out.is_dir():
         raise InvalidArgument(f"out {out}: exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
@@ -122,6 +126,4 @@ def _prepare_folder(out: Path, overwrite: bool) -> Path:
         if not (out / artifact.MANIFEST_NAME).is_file():
             raise InvalidArgument(
                 f"out {out}: not empty and not a cellspec artifact; refusing to overwrite it")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
     return out
