@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cellspec.artifact import DTYPES
 from cellspec.errors import InvalidArgument
 
-DTYPES = ("float32", "float16", "bfloat16")
+__all__ = ["DTYPES", "ExportConfig"]
 DEFAULT_MAX_CONTEXT = 4096
 DEFAULT_MAX_CELLS = 8192
 MAX_CELLS_LIMIT = 1 << 22  # 4M cells: beyond any context a host pool can hold
