@@ -60,6 +60,8 @@ class LLM:
         if chat and not self.tokenizer.has_chat_template:
             raise InvalidArgument(f"chat=True, but {self.folder} has no chat template")
         self.chat = self.tokenizer.has_chat_template if chat is None else chat
+        if self.chat:
+            self.tokenizer.check_chat_template()
         self.max_prefill_tokens = max_prefill_tokens
         self._make_scheduler()  # validates max_prefill_tokens now rather than at first use
 

@@ -35,7 +35,9 @@ def edited(checkpoint, tmp_path):
         (folder / "config.json").write_text(json.dumps(config))
         for name, content in (files or {}).items():
             path = folder / name
-            if isinstance(content, bytes):
+            if content is None:
+                path.unlink()
+            elif isinstance(content, bytes):
                 path.write_bytes(content)
             else:
                 path.write_text(content)
@@ -111,3 +113,69 @@ def test_a_failed_overwrite_from_the_command_line_keeps_the_old_artifact(checkpo
     assert cli.main(["export", str(broken), str(out), *args, "--overwrite"]) == 2
     assert "model.layers.2" in capsys.readouterr().err
     assert digests(out) == before
+
+
+HOSTILE_TEMPLATE = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+
+
+def safetensors(checkpoint: Path) -> bytes:
+    return (checkpoint / "model.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"model.safetensors": b""}, "model.safetensors"),
+    ({"model.safetensors": "cut:4"}, "model.safetensors"),
+    ({"model.safetensors": "cut:100"}, "model.safetensors"),
+    ({"model.safetensors": "cut:half"}, "model.safetensors"),
+    ({"model.safetensors": b"\xff" * 1000}, "model.safetensors"),
+    ({"model.safetensors": (2**62).to_bytes(8, "little") + b"{}"}, "model.safetensors"),
+    ({"model.safetensors.index.json": '{"weight_map": {"model.norm.weight": 5}}'},
+     "weight_map"),
+    ({"model.safetensors.index.json": '{"weight_map": {"model.norm.weight": "a.st"}}',
+      "a.st": b""}, "a.st"),
+    ({"model.safetensors.index.json": "[" * 100_000 + "]" * 100_000}, "index.json"),
+    ({"config.json": "[" * 100_000 + "]" * 100_000}, "config.json"),
+    ({"tokenizer.json": b"\xff\xfe{}"}, "tokenizer.json"),
+    ({"tokenizer.json": "{"}, "tokenizer.json"),
+    ({"tokenizer.json": "{}"}, "tokenizer.json"),
+    ({"tokenizer.json": "[]"}, "tokenizer.json"),
+    ({"chat_template.jinja": b"\xff\xfe"}, "chat_template.jinja"),
+    ({"chat_template.jinja": "{% for %}"}, "chat template"),
+    ({"chat_template.jinja": HOSTILE_TEMPLATE}, "chat template.*__class__"),
+    ({"chat_template.jinja": "{{ foo() }}"}, "chat template.*foo"),
+    ({"chat_template.jinja": "{{ raise_exception('no system role') }}"},
+     "chat template.*no system role"),
+    ({"chat_template.jinja": "{{ messages[0]['content'] + 1 }}"}, "chat template"),
+    ({"chat_template.jinja": None, "tokenizer_config.json": '{"chat_template": 5}'},
+     "chat_template"),
+    ({"chat_template.jinja": None, "tokenizer_config.json": '{"chat_template": [5]}'},
+     "chat_template"),
+])
+def test_a_broken_checkpoint_file_is_named(checkpoint, edited, tmp_path, files, message):
+    data = safetensors(checkpoint)
+    cuts = {"cut:4": data[:4], "cut:100": data[:100], "cut:half": data[:len(data) // 2]}
+    files = {name: cuts.get(content, content) if isinstance(content, str) else content
+             for name, content in files.items()}
+    if "model.safetensors.index.json" in files:
+        files.setdefault("model.safetensors", None)
+    with pytest.raises(InvalidCheckpoint, match=message):
+        export(edited(files=files), tmp_path / "out", SMALL, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_hostile_template_in_an_artifact_is_one_line_at_load(checkpoint, tmp_path, capsys):
+    from cellspec import cli
+    from cellspec.errors import InvalidArtifact
+    from cellspec.llm import LLM
+
+    out = tmp_path / "artifact"
+    export(checkpoint, out, SMALL, progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["model"]["chat_template"] = HOSTILE_TEMPLATE
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InvalidArtifact, match="chat template.*__class__"):
+        LLM(out, max_sessions=1)
+    assert LLM(out, max_sessions=1, chat=False).generate("hi")[0].finish_reason
+    assert cli.main(["generate", "hi", "--model", str(out), "--max-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "chat template" in err and "__class__" in err, err

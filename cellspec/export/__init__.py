@@ -9,7 +9,7 @@ import onnx
 
 from cellspec import artifact
 from cellspec.artifact import LayerCache, Manifest, ModelInfo, TargetMethod
-from cellspec.errors import InvalidArgument
+from cellspec.errors import InvalidArgument, InvalidCheckpoint
 from cellspec.export.arch import Hparams, read_hparams
 from cellspec.export.checkpoint import Checkpoint, load_checkpoint
 from cellspec.export.config import ExportConfig
@@ -19,6 +19,7 @@ from cellspec.export.sampler import write_sampler_graphs
 from cellspec.export.target import make_target_graph
 from cellspec.export.weights import WeightStore
 from cellspec.staging import staged_folder
+from cellspec.tokenizer import chat_template_problem
 
 TARGET_GRAPH = "target.onnx"
 
@@ -40,6 +41,7 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     out = _check_out(Path(out), overwrite)
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     hp = read_hparams(ckpt.config)
+    _check_tokenizer(ckpt, hp)
     draft_ckpt = None if draft is None else load_draft(draft, hp)
     config = _with_draft_taps(config, draft_ckpt)
     _check_against_model(config, hp)
@@ -65,6 +67,26 @@ def _write_artifact(ckpt: Checkpoint, hp: Hparams, config: ExportConfig,
         manifest = dataclasses.replace(manifest, draft=drafted[0], draft_cache=drafted[1])
     manifest.save(out)
     return manifest
+
+
+def _check_tokenizer(ckpt: Checkpoint, hp: Hparams) -> None:
+    """The tokenizer must load and fit the vocabulary; the chat template must render a
+    conversation in the sandbox (a hostile template is refused here, not at first use)."""
+    if ckpt.tokenizer_json is not None:
+        from tokenizers import Tokenizer
+
+        try:
+            size = Tokenizer.from_str(ckpt.tokenizer_json).get_vocab_size(with_added_tokens=True)
+        except Exception as error:  # tokenizers raises plain Exception on a bad file
+            raise InvalidCheckpoint(f"{ckpt.name}: tokenizer.json is not a tokenizer "
+                                    f"({str(error)[:80]})") from error
+        if size > hp.vocab_size:
+            raise InvalidCheckpoint(f"{ckpt.name}: tokenizer.json has {size} tokens, more than "
+                                    f"the model's vocabulary of {hp.vocab_size}")
+    if ckpt.chat_template:
+        problem = chat_template_problem(ckpt.chat_template)
+        if problem is not None:
+            raise InvalidCheckpoint(f"{ckpt.name}: chat template: {problem}")
 
 
 def _with_draft_taps(config: ExportConfig, draft: DraftCheckpoint | None) -> ExportConfig:
