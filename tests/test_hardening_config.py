@@ -153,3 +153,23 @@ def test_a_sound_config_still_reads():
     assert hp.windows == (0, 8) and hp.eos_token_ids == (2, 3)
     assert hp.rope_scaling["factor"] == 8.0
     assert read_hparams(edited(LLAMA, bos_token_id=None, eos_token_id=None)).eos_token_ids == ()
+
+
+DRAFT = dict(architectures=["DFlashDraftModel"], vocab_size=256, hidden_size=64,
+             intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+             num_hidden_layers=2, rms_norm_eps=1e-6, block_size=5, num_target_layers=2,
+             dflash_config=dict(mask_token_id=255, target_layer_ids=[0, 1]))
+
+
+@pytest.mark.parametrize("key, value", [
+    ("dflash_config", "x"), ("dflash_config", [1]), ("dflash_config", 5),
+    ("layer_types", 5), ("layer_types", "full_attention"), ("block_size", "5"),
+    ("num_target_layers", "2"),
+])
+def test_draft_config(key, value):
+    from cellspec.export.draft_checkpoint import read_draft_spec
+
+    target = read_hparams(edited(QWEN3, use_sliding_window=False))
+    read_draft_spec(DRAFT, target)
+    with pytest.raises(InvalidCheckpoint, match=f"draft config {key}"):
+        read_draft_spec(edited(DRAFT, **{key: value}), target)
