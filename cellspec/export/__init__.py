@@ -15,6 +15,7 @@ from cellspec.export.checkpoint import Checkpoint, load_checkpoint
 from cellspec.export.config import ExportConfig
 from cellspec.export.draft import export_draft
 from cellspec.export.draft_checkpoint import DraftCheckpoint, load_draft
+from cellspec.export.progress import stage
 from cellspec.export.sampler import write_sampler_graphs
 from cellspec.export.target import make_target_graph
 from cellspec.export.weights import WeightStore
@@ -39,7 +40,7 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     left exactly as it was."""
     config = config or ExportConfig()
     out = _check_out(Path(out), overwrite)
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else _read(Path(checkpoint), progress)
     hp = read_hparams(ckpt.config)
     _check_tokenizer(ckpt, hp)
     draft_ckpt = None if draft is None else load_draft(draft, hp)
@@ -48,6 +49,12 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     with staged_folder(out, replace=overwrite) as temp:
         manifest = _write_artifact(ckpt, hp, config, draft_ckpt, temp, progress)
     return manifest
+
+
+def _read(checkpoint: Path, progress: bool) -> Checkpoint:
+    what = "reading and dequantizing" if checkpoint.suffix == ".gguf" else "reading"
+    with stage(f"{what} {checkpoint.name}", progress):
+        return load_checkpoint(checkpoint)
 
 
 def _write_artifact(ckpt: Checkpoint, hp: Hparams, config: ExportConfig,
@@ -96,7 +103,7 @@ def _with_draft_taps(config: ExportConfig, draft: DraftCheckpoint | None) -> Exp
     taps = draft.spec.tap_layer_ids
     if config.taps and tuple(config.taps) != tuple(taps):
         raise InvalidArgument(f"taps {list(config.taps)}: the draft reads layers {list(taps)}; "
-                              "leave --taps out when exporting a draft")
+                              "leave taps out when exporting a draft")
     return dataclasses.replace(config, taps=tuple(taps))
 
 
