@@ -74,8 +74,11 @@ def test_an_interrupted_export_leaves_nothing(checkpoint, cache, monkeypatch, in
 
 
 def test_unknown_models_are_refused(tmp_path, tmp_path_factory):
-    with pytest.raises(InvalidArgument, match="not an artifact folder"):
+    with pytest.raises(InvalidArgument, match="missing: no such file or folder"):
         LLM(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InvalidArgument, match="neither an artifact folder"):
+        LLM(tmp_path / "empty")
     with pytest.raises(InvalidArgument, match="takes no export_config"):
         LLM(tiny_chat_artifact(tmp_path_factory), export_config=SMALL)
     with pytest.raises(InvalidArgument, match="chat 'yes'"):
