@@ -103,6 +103,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if any(b < 1 for b in args.batch):
         raise UsageError(f"--batch {','.join(map(str, args.batch))}: batch sizes must be >= 1")
+    if args.tokens < 1:
+        raise UsageError(f"--tokens {args.tokens}: expected an integer >= 1")
     llm = make_llm(args, max(args.batch))
     params = SamplingParams(max_tokens=args.tokens, ignore_eos=True, seed=0)
     llm.generate([BENCH_PROMPT], SamplingParams(max_tokens=2))  # warm-up

@@ -56,6 +56,10 @@ class Tokenizer:
         """Token ids of a prompt; with `chat`, of the prompt as one user message."""
         if not isinstance(prompt, str):
             raise InvalidArgument(f"prompt {prompt!r}: expected a str")
+        bad = next((i for i, c in enumerate(prompt) if "\ud800" <= c <= "\udfff"), None)
+        if bad is not None:  # e.g. bytes of a command line that were not UTF-8
+            raise InvalidArgument(f"prompt: character {bad} is a lone surrogate "
+                                  f"({prompt[bad]!r}), not text; expected valid Unicode")
         if chat:
             ids = self.tokenizer.encode(self.render_chat(prompt), add_special_tokens=False).ids
         else:

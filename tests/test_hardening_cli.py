@@ -233,3 +233,12 @@ def test_cache_list_and_clear(checkpoint, tmp_path, monkeypatch, capsys):
     code, out, _ = run(capsys, "cache", "clear")
     assert code == 0 and ".partial-tiny-abc" in out
     assert sorted(p.name for p in cache.iterdir()) == [".partial-tiny-def", "notes"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["generate", "x", "--stop", ""], "--stop ['']: expected non-empty strings"),
+    (["generate", "caf\udce9"], "prompt: character 3 is a lone surrogate"),
+    (["bench", "--tokens", 0], "--tokens 0: expected an integer >= 1"),
+])
+def test_more_refusals_are_one_line_in_flag_terms(artifact, capsys, args, message):
+    assert message in one_line_error(capsys, *args, "--model", artifact)
