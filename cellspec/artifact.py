@@ -14,11 +14,27 @@ from pathlib import Path
 from typing import Any
 
 from cellspec.errors import InvalidArtifact
+from cellspec.manifest_fields import (
+    arguments,
+    check,
+    check_file,
+    check_int,
+    check_ints,
+    check_list,
+    check_token,
+    is_number,
+    list_of,
+    make,
+    no_constant,
+    short,
+)
 
 FORMAT_VERSION = 2  # 2: per-sequence attention (cell tables), fused ops, 4-bit weights
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.bin"
 TOKENIZER_NAME = "tokenizer.json"
+DTYPES = ("float32", "float16", "bfloat16")
+MIN_BLOCK_SIZE = 3  # a draft block holds an anchor and at least two proposals
 
 # Graph input and output names (docs/design.md, "Graph ABI"); the runtime binds by these names
 # only. A step is a rectangle: S rows (one sequence each) of Q tokens, each row reading N cells.
@@ -72,6 +88,11 @@ class LayerCache:
         """Values per cell of one pool: kv_heads * head_dim."""
         return self.kv_heads * self.head_dim
 
+    def check(self, name: str) -> None:
+        check_int(self.kv_heads, f"{name}.kv_heads", 1)
+        check_int(self.head_dim, f"{name}.head_dim", 1)
+        check_int(self.window, f"{name}.window", 0)
+
 
 @dataclass(frozen=True)
 class ModelInfo:
@@ -89,6 +110,29 @@ class ModelInfo:
     chat_template: str | None
     name: str = ""
 
+    def __post_init__(self) -> None:
+        check(isinstance(self.architecture, str), "model.architecture",
+              f"{short(self.architecture)}, expected a string")
+        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads"):
+            check_int(getattr(self, key), f"model.{key}", 1)
+        check(self.dtype in DTYPES, "model.dtype",
+              f"{short(self.dtype)}, expected one of {', '.join(DTYPES)}")
+        check(is_number(self.rope_theta) and self.rope_theta > 0, "model.rope_theta",
+              f"{short(self.rope_theta)}, expected a number > 0")
+        check(self.rope_scaling is None or isinstance(self.rope_scaling, dict),
+              "model.rope_scaling", f"{short(self.rope_scaling)}, expected null or an object")
+        if self.bos_token_id is not None:
+            check_token(self.bos_token_id, "model.bos_token_id", self.vocab_size)
+        check(isinstance(self.eos_token_ids, tuple), "model.eos_token_ids",
+              f"{short(self.eos_token_ids)}, expected a list of token ids")
+        for token in self.eos_token_ids:
+            check_token(token, "model.eos_token_ids", self.vocab_size)
+        if self.tokenizer is not None:
+            check_file(self.tokenizer, "model.tokenizer")
+        check(self.chat_template is None or isinstance(self.chat_template, str),
+              "model.chat_template", f"{short(self.chat_template)}, expected null or a string")
+        check(isinstance(self.name, str), "model.name", f"{short(self.name)}, expected a string")
+
 
 @dataclass(frozen=True)
 class TargetMethod:
@@ -103,6 +147,15 @@ class TargetMethod:
     batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # S of static pieces
     quantization: str = "none"  # "none" | "int4" (MatMulNBits weights)
 
+    def __post_init__(self) -> None:
+        check_file(self.graph, "target.graph")
+        check_ints(self.static_widths, "target.static_widths", 1)
+        check_int(self.dynamic_width, "target.dynamic_width", 0)
+        check_ints(self.tap_layer_ids, "target.tap_layer_ids", 0)
+        check_ints(self.batch_buckets, "target.batch_buckets", 1)
+        check(isinstance(self.quantization, str), "target.quantization",
+              f"{short(self.quantization)}, expected a string")
+
 
 @dataclass(frozen=True)
 class DraftMethod:
@@ -114,6 +167,15 @@ class DraftMethod:
     max_owners: int
     num_layers: int
 
+    def __post_init__(self) -> None:
+        check_file(self.context_graph, "draft.context_graph")
+        check_file(self.block_graph, "draft.block_graph")
+        check_int(self.block_size, "draft.block_size", MIN_BLOCK_SIZE)
+        check_ints(self.tap_layer_ids, "draft.tap_layer_ids", 0)
+        check_int(self.mask_token_id, "draft.mask_token_id", 0)
+        check_int(self.max_owners, "draft.max_owners", 1)
+        check_int(self.num_layers, "draft.num_layers", 1)
+
 
 @dataclass(frozen=True)
 class Engine:
@@ -123,6 +185,15 @@ class Engine:
     path: str
     compute_capability: str
     profiles: tuple[dict[str, Any], ...]
+
+    def check(self, name: str) -> None:
+        check_file(self.graph, f"{name}.graph")
+        check_file(self.path, f"{name}.path")
+        check(isinstance(self.compute_capability, str), f"{name}.compute_capability",
+              f"{short(self.compute_capability)}, expected a string")
+        is_list = isinstance(self.profiles, tuple)
+        check(is_list and all(isinstance(p, dict) for p in self.profiles), f"{name}.profiles",
+              f"{short(self.profiles)}, expected a list of objects")
 
 
 @dataclass(frozen=True)
@@ -140,31 +211,58 @@ class Manifest:
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        _check(self.format_version == FORMAT_VERSION, "format_version",
-               f"{self.format_version}, this cellspec reads version {FORMAT_VERSION}")
-        _check(self.max_cells > 1, "max_cells", f"{self.max_cells}, need > 1 (a scratch cell)")
-        _check(self.max_context > 0, "max_context", f"{self.max_context}, need > 0")
-        _check(len(self.target_cache) == self.model.num_layers, "target_cache",
-               f"{len(self.target_cache)} layers, the model has {self.model.num_layers}")
+        check_int(self.format_version, "format_version", 0)
+        check(self.format_version == FORMAT_VERSION, "format_version",
+              f"{self.format_version}, this cellspec reads version {FORMAT_VERSION}")
+        for name, kind in (("model", ModelInfo), ("target", TargetMethod)):
+            check(isinstance(getattr(self, name), kind), name, "expected an object")
+        check_int(self.max_cells, "max_cells", 2)  # one is the scratch cell
+        check_int(self.max_context, "max_context", 1)
+        self._check_target()
+        self._check_draft()
+        check(isinstance(self.graphs, dict), "graphs", f"{short(self.graphs)}, expected an object")
+        for name, graph in self.graphs.items():
+            check_file(graph, f"graphs.{name}")
+        check_list(self.engines, "engines", Engine)
+        for index, engine in enumerate(self.engines):
+            engine.check(f"engines[{index}]")
+        check_file(self.weights, "weights")
+
+    def _check_target(self) -> None:
+        _check_caches(self.target_cache, "target_cache", self.model.num_layers, "the model")
         widths = self.target.static_widths
         is_ascending = list(widths) == sorted(set(widths))
-        _check(len(widths) > 0 and widths[0] > 0 and is_ascending, "target.static_widths",
-               f"{list(widths)}, need ascending positive widths")
-        _check(self.target.dynamic_width == 0 or self.target.dynamic_width > widths[-1],
-               "target.dynamic_width",
-               f"{self.target.dynamic_width}, must be 0 or wider than {widths[-1]}")
+        check(len(widths) > 0 and is_ascending, "target.static_widths",
+              f"{list(widths)}, need ascending positive widths")
+        check(self.target.dynamic_width == 0 or self.target.dynamic_width > widths[-1],
+              "target.dynamic_width",
+              f"{self.target.dynamic_width}, must be 0 or wider than {widths[-1]}")
         buckets = self.target.batch_buckets
-        _check(len(buckets) > 0 and buckets[0] > 0 and list(buckets) == sorted(set(buckets)),
-               "target.batch_buckets", f"{list(buckets)}, need ascending positive sizes")
-        _check(self.target.quantization in QUANTIZATIONS, "target.quantization",
-               f"{self.target.quantization!r}, expected one of {', '.join(QUANTIZATIONS)}")
-        _check(self.max_step_width < self.max_cells, "max_cells",
-               f"{self.max_cells} cells cannot hold a {self.max_step_width}-token step")
+        check(len(buckets) > 0 and list(buckets) == sorted(set(buckets)), "target.batch_buckets",
+              f"{list(buckets)}, need ascending positive sizes")
+        check(self.target.quantization in QUANTIZATIONS, "target.quantization",
+              f"{self.target.quantization!r}, expected one of {', '.join(QUANTIZATIONS)}")
+        check(self.max_step_width < self.max_cells, "max_cells",
+              f"{self.max_cells} cells cannot hold a {self.max_step_width}-token step")
         windows = {c.window for c in self.target_cache if c.window > 0}
-        _check(len(windows) <= 1, "target_cache", f"windows {sorted(windows)}, at most one size")
+        check(len(windows) <= 1, "target_cache", f"windows {sorted(windows)}, at most one size")
         for layer in self.target.tap_layer_ids:
-            _check(0 <= layer < self.model.num_layers, "target.tap_layer_ids",
-                   f"layer {layer} outside 0..{self.model.num_layers - 1}")
+            check(layer < self.model.num_layers, "target.tap_layer_ids",
+                  f"layer {layer} outside 0..{self.model.num_layers - 1}")
+
+    def _check_draft(self) -> None:
+        draft = self.draft
+        if draft is None:
+            _check_caches(self.draft_cache, "draft_cache", 0, "an artifact without a draft")
+            return
+        check(isinstance(draft, DraftMethod), "draft", "expected null or an object")
+        _check_caches(self.draft_cache, "draft_cache", draft.num_layers, "draft.num_layers")
+        vocab = self.model.vocab_size
+        check(draft.mask_token_id < vocab, "draft.mask_token_id",
+              f"{draft.mask_token_id}, expected a token id in 0..{vocab - 1}")
+        check(draft.tap_layer_ids == self.target.tap_layer_ids, "draft.tap_layer_ids",
+              f"{list(draft.tap_layer_ids)}, the target returns the taps of layers "
+              f"{list(self.target.tap_layer_ids)}")
 
     @property
     def max_step_width(self) -> int:
@@ -182,30 +280,26 @@ class Manifest:
         (Path(folder) / MANIFEST_NAME).write_text(self.to_json())
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+    def from_dict(cls, data: Any) -> Manifest:
+        """The manifest of a `manifest.json` object; refuses any field it cannot trust."""
+        check(isinstance(data, dict), "manifest", f"{short(data)}, expected a JSON object")
         version = data.get("format_version")
-        if version != FORMAT_VERSION:
-            raise InvalidArtifact(f"manifest field format_version: {version!r}, this cellspec "
-                                  f"reads version {FORMAT_VERSION}; export the model again")
-        try:
-            model = dict(data["model"])
-            model["eos_token_ids"] = tuple(model["eos_token_ids"])
-            draft = data.get("draft")
-            return cls(
-                model=ModelInfo(**model),
-                target_cache=tuple(LayerCache(**c) for c in data["target_cache"]),
-                max_cells=int(data["max_cells"]),
-                max_context=int(data["max_context"]),
-                target=_target_method(data["target"]),
-                draft_cache=tuple(LayerCache(**c) for c in data.get("draft_cache", ())),
-                draft=None if draft is None else _draft_method(draft),
-                graphs=dict(data.get("graphs", {})),
-                engines=tuple(_engine(e) for e in data.get("engines", ())),
-                weights=data.get("weights", WEIGHTS_NAME),
-                format_version=int(data["format_version"]),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise InvalidArtifact(f"manifest: missing or malformed field {error}") from error
+        check(version == FORMAT_VERSION, "format_version", f"{short(version)}, this cellspec "
+              f"reads version {FORMAT_VERSION}: export the model again")
+        top = arguments(cls, data, "manifest")
+        draft = top.get("draft")
+        top.update(
+            model=make(ModelInfo, top["model"], "model", ("eos_token_ids",)),
+            target_cache=make_caches(top["target_cache"], "target_cache"),
+            target=make(TargetMethod, top["target"], "target",
+                        ("static_widths", "tap_layer_ids", "batch_buckets")),
+            draft=None if draft is None else make(DraftMethod, draft, "draft",
+                                                  ("tap_layer_ids",)),
+            draft_cache=make_caches(top.get("draft_cache", []), "draft_cache"),
+            engines=tuple(make(Engine, e, f"engines[{i}]", ("profiles",))
+                          for i, e in enumerate(list_of(top.get("engines", []), "engines"))),
+        )
+        return cls(**top)
 
     @classmethod
     def load(cls, folder: str | Path) -> Manifest:
@@ -213,37 +307,20 @@ class Manifest:
         if not path.is_file():
             raise InvalidArtifact(f"{folder}: no {MANIFEST_NAME} (is this a cellspec artifact?)")
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            raise InvalidArtifact(f"{path}: not readable JSON ({error})") from error
+            data = json.loads(path.read_bytes().decode("utf-8"), parse_constant=no_constant)
+        except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError included
+            raise InvalidArtifact(f"{path}: not readable JSON ({short(error)})") from error
         if not isinstance(data, dict):
             raise InvalidArtifact(f"{path}: expected a JSON object")
         return cls.from_dict(data)
 
 
-def _target_method(data: dict[str, Any]) -> TargetMethod:
-    return TargetMethod(
-        graph=data["graph"],
-        static_widths=tuple(int(w) for w in data["static_widths"]),
-        dynamic_width=int(data["dynamic_width"]),
-        tap_layer_ids=tuple(int(i) for i in data.get("tap_layer_ids", ())),
-        batch_buckets=tuple(int(b) for b in data["batch_buckets"]),
-        quantization=str(data["quantization"]),
-    )
+def _check_caches(caches: Any, name: str, num_layers: int, owner: str) -> None:
+    check_list(caches, name, LayerCache)
+    for index, cache in enumerate(caches):
+        cache.check(f"{name}[{index}]")
+    check(len(caches) == num_layers, name, f"{len(caches)} layers, {owner} has {num_layers}")
 
 
-def _draft_method(data: dict[str, Any]) -> DraftMethod:
-    data = dict(data)
-    data["tap_layer_ids"] = tuple(int(i) for i in data["tap_layer_ids"])
-    return DraftMethod(**data)
-
-
-def _engine(data: dict[str, Any]) -> Engine:
-    data = dict(data)
-    data["profiles"] = tuple(data["profiles"])
-    return Engine(**data)
-
-
-def _check(ok: bool, name: str, detail: str) -> None:
-    if not ok:
-        raise InvalidArtifact(f"manifest field {name}: {detail}")
+def make_caches(data: Any, name: str) -> tuple[LayerCache, ...]:
+    return tuple(make(LayerCache, c, f"{name}[{i}]") for i, c in enumerate(list_of(data, name)))

@@ -1,43 +1,48 @@
-"""`cellspec export | generate | bench`: parse, call the library, print.
+"""`cellspec export | generate | bench | cache`: parse, call the library, print.
 
 Every cellspec error and every command-line misuse prints one line, `cellspec: error: ...`, and
-exits 2 (1 when the engine failed mid-run); Ctrl-C exits 130. No traceback in any case.
+exits 2 (1 when the engine failed mid-run); Ctrl-C exits 130. No traceback in any case. Library
+messages name the keyword a Python caller passed (`max_session_tokens`); printed here, they name
+the flag instead (`--max-session-tokens`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
 
-from cellspec.errors import CellspecError, ExecutionFailed
+from cellspec.cli_parser import UsageError, make_parser
+from cellspec.errors import CellspecError, ExecutionFailed, InvalidArgument
+
+__all__ = ["main", "make_parser"]
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 BENCH_PROMPT = "Write a long story about a lighthouse keeper and the sea."
+DEFAULT_MAX_SESSIONS = 8  # the most sessions `generate` opens unless --max-sessions says
+PREFILL_PROGRESS_TOKENS = 512  # longer prompts (all together) show a prefill bar
+
+# Keywords of the Python API -> their command-line spelling, replaced where a message starts with
+# one (`max_tokens 0: expected ...`) or names one in a hint (`raise max_session_tokens`).
+FLAGS = {
+    "max_session_tokens": "--max-session-tokens", "max_sessions": "--max-sessions",
+    "max_tokens": "--max-tokens", "temperature": "--temperature", "top_p": "--top-p",
+    "top_k": "--top-k", "seed": "--seed", "stop": "--stop", "threads": "--threads",
+    "n_draft": "--n-draft", "backend": "--backend", "model": "--model", "dtype": "--dtype",
+    "static_widths": "--widths", "dynamic_width": "--dynamic-width",
+    "max_context": "--max-context", "max_cells": "--max-cells", "taps": "--taps", "out": "OUT",
+    "overwrite=True": "--overwrite", "chat=False": "--no-chat",
+}
+_KEYWORDS = "|".join(re.escape(k) for k in sorted(FLAGS, key=len, reverse=True))
+_KEYWORD = re.compile(rf"(^|\b(?:raise|lower|pass|use|leave) )({_KEYWORDS})(?![\w=])")
 
 
-class UsageError(Exception):
-    """argparse refused the command line."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's default prints usage and exits itself
-        raise UsageError(message)
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected integers separated by commas") from error
-    return values
-
-
-def str_list(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+def flag_message(message: str) -> str:
+    """`message` with the Python keywords it names spelled as command-line flags."""
+    return _KEYWORD.sub(lambda match: match[1] + FLAGS[match[2]], message)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -70,30 +75,37 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from cellspec.llm import LLM, SamplingParams
+    from cellspec.llm import SamplingParams
 
     prompts = args.prompts or [read_stdin_prompt()]
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, stop=tuple(args.stop), seed=args.seed)
-    llm = LLM(args.model, backend=args.backend, max_sessions=args.max_sessions,
-              threads=args.threads, chat=False if args.no_chat else None,
-              speculation=False if args.no_speculation else None, n_draft=args.n_draft)
-    if len(prompts) == 1:
-        for delta in llm.stream(prompts[0], params):
-            sys.stdout.write(delta)
-            sys.stdout.flush()
-        sys.stdout.write("\n")
-        return 0
-    for index, output in enumerate(llm.generate(prompts, params)):
-        print(f"[{index}] {output.prompt}\n{output.text}\n")
+    # One prompt gets one session with the whole cache; N prompts run min(N, 8) at once.
+    llm = make_llm(args, min(len(prompts), DEFAULT_MAX_SESSIONS),
+                   chat=False if args.no_chat else None)
+    progress = PrefillProgress()
+    try:
+        if len(prompts) == 1:
+            for delta in llm.stream(prompts[0], params, on_prefill=progress):
+                sys.stdout.write(delta)
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+            return 0
+        for index, output in enumerate(llm.generate(prompts, params, on_prefill=progress)):
+            print(f"[{index}] {output.prompt}\n{output.text}\n")
+    finally:
+        progress.close()
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from cellspec.llm import LLM, SamplingParams
+    from cellspec.llm import SamplingParams
 
-    llm = LLM(args.model, backend=args.backend, max_sessions=max(args.batch), threads=args.threads,
-              speculation=False if args.no_speculation else None, n_draft=args.n_draft)
+    if any(b < 1 for b in args.batch):
+        raise UsageError(f"--batch {','.join(map(str, args.batch))}: batch sizes must be >= 1")
+    if args.tokens < 1:
+        raise UsageError(f"--tokens {args.tokens}: expected an integer >= 1")
+    llm = make_llm(args, max(args.batch))
     params = SamplingParams(max_tokens=args.tokens, ignore_eos=True, seed=0)
     llm.generate([BENCH_PROMPT], SamplingParams(max_tokens=2))  # warm-up
     for batch in args.batch:
@@ -110,74 +122,93 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_stdin_prompt() -> str:
-    from cellspec.errors import InvalidArgument
+def cmd_cache_list(args: argparse.Namespace) -> int:
+    from cellspec.model_cache import cache_entries, cache_root, shown
 
+    entries = cache_entries()
+    print(f"{shown(cache_root())}:{'' if entries else ' empty'}")
+    for entry in entries:
+        source = entry.source or "source not recorded"
+        if entry.is_partial:
+            source = ("left by an interrupted export" if entry.is_stale else
+                      "an export is writing it, or was killed in the last 10 minutes")
+        print(f"  {entry.path.name}  {human_size(entry.num_bytes)}  {source}")
+    return 0
+
+
+def cmd_cache_clear(args: argparse.Namespace) -> int:
+    from cellspec.model_cache import cache_root, clear_cache, shown
+
+    removed = clear_cache(args.name)
+    for path in removed:
+        print(f"removed {shown(path)}")
+    if not removed:
+        print(f"{shown(cache_root())}: nothing to remove")
+    return 0
+
+
+def make_llm(args: argparse.Namespace, default_sessions: int, chat: bool | None = None):
+    """The LLM of --model; --max-sessions, when given, overrides `default_sessions`."""
+    from cellspec.llm import LLM
+
+    sessions = default_sessions if args.max_sessions is None else args.max_sessions
+    return LLM(args.model, backend=args.backend, max_sessions=sessions,
+               max_session_tokens=args.max_session_tokens, threads=args.threads, chat=chat,
+               speculation=False if args.no_speculation else None, n_draft=args.n_draft)
+
+
+class PrefillProgress:
+    """`on_prefill` for the LLM: a stderr bar over the prompt tokens, shown when there are more
+    than PREFILL_PROGRESS_TOKENS of them, so a long prompt does not look like a hang."""
+
+    def __init__(self) -> None:
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if total <= PREFILL_PROGRESS_TOKENS:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc="prefill", unit="tok", file=sys.stderr,
+                            leave=False)
+        self.bar.update(done - self.bar.n)
+        if done >= total:
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def human_size(num_bytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} B"
+
+
+def read_stdin_prompt() -> str:
     if sys.stdin is None or sys.stdin.isatty():
         raise InvalidArgument("no prompt: pass one or more prompts, or pipe one on stdin")
     return sys.stdin.read()
 
 
-def make_parser() -> Parser:
-    parser = Parser(prog="cellspec", description="Export and serve LLMs on ONNX Runtime.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-
-    export = commands.add_parser("export", help="export a checkpoint into an artifact")
-    export.add_argument("checkpoint", help="a Hugging Face checkpoint folder or a .gguf file")
-    export.add_argument("out", help="the artifact folder to write")
-    export.add_argument("--dtype", default="float32", help="float32 | float16 | bfloat16")
-    export.add_argument("--widths", type=int_list, help="static step widths, e.g. 1,2,4,8")
-    export.add_argument("--dynamic-width", type=int, default=256)
-    export.add_argument("--max-context", type=int)
-    export.add_argument("--max-cells", type=int)
-    export.add_argument("--taps", type=int_list, default=(), help="tapped layer ids, e.g. 1,9")
-    export.add_argument("--overwrite", action="store_true", help="replace an existing artifact")
-    export.add_argument("--draft", help="a DFlash draft checkpoint folder (z-lab format)")
-    export.add_argument("--engines", choices=["tensorrt-rtx"],
-                        help="also build TensorRT engines (needs cellspec[tensorrt])")
-    export.add_argument("--compute-capabilities", type=str_list,
-                        help="engine targets, e.g. sm80,sm89 (default: sm80,sm89)")
-    export.set_defaults(run=cmd_export)
-
-    generate = commands.add_parser("generate", help="generate text for prompts")
-    generate.add_argument("prompts", nargs="*", metavar="PROMPT")
-    add_model_arguments(generate)
-    generate.add_argument("--max-tokens", type=int, default=64)
-    generate.add_argument("--temperature", type=float, default=0.0)
-    generate.add_argument("--top-p", type=float, default=1.0)
-    generate.add_argument("--top-k", type=int, default=0)
-    generate.add_argument("--seed", type=int)
-    generate.add_argument("--stop", action="append", default=[], help="a stop string (repeat)")
-    generate.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
-    generate.add_argument("--max-sessions", type=int, default=8)
-    generate.set_defaults(run=cmd_generate)
-
-    bench = commands.add_parser("bench", help="measure decode tokens/s")
-    add_model_arguments(bench)
-    bench.add_argument("--batch", type=int_list, default=(1, 8), help="batch sizes, e.g. 1,8")
-    bench.add_argument("--tokens", type=int, default=64, help="tokens generated per request")
-    bench.set_defaults(run=cmd_bench)
-    return parser
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="artifact, checkpoint folder or .gguf (default: bundled "
-                                        "SmolLM2-135M-Instruct)")
-    parser.add_argument("--backend", default="ort-cpu")
-    parser.add_argument("--threads", type=int)
-    parser.add_argument("--no-speculation", action="store_true",
-                        help="plain decoding even when the artifact has a DFlash draft")
-    parser.add_argument("--n-draft", type=int, help="DFlash proposals per cycle")
+COMMANDS = {"export": cmd_export, "generate": cmd_generate, "bench": cmd_bench,
+            "cache list": cmd_cache_list, "cache clear": cmd_cache_clear}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = make_parser()
+    if not argv:  # what cellspec is and what it can do, rather than one line about a command
+        print(parser.format_help(), end="", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        args = make_parser().parse_args(argv)
-        if args.command == "bench" and any(b < 1 for b in args.batch):
-            raise UsageError(f"--batch {args.batch}: batch sizes must be >= 1")
-        return args.run(args)
+        args = parser.parse_args(argv)
+        return COMMANDS[args.command](args)
     except (CellspecError, UsageError) as error:
-        print(f"cellspec: error: {error}", file=sys.stderr)
+        print(f"cellspec: error: {flag_message(str(error))}", file=sys.stderr)
         return EXIT_FAILED if isinstance(error, ExecutionFailed) else EXIT_USAGE
     except KeyboardInterrupt:
         print(file=sys.stderr)

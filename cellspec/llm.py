@@ -17,7 +17,7 @@ from cellspec.model_cache import resolve_model
 from cellspec.request import Request, RequestOutput, SamplingParams
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
-from cellspec.scheduler import DEFAULT_MAX_PREFILL_TOKENS, Scheduler
+from cellspec.scheduler import DEFAULT_MAX_PREFILL_TOKENS, PrefillCallback, Scheduler
 from cellspec.tokenizer import IncrementalDetokenizer, Tokenizer
 
 if TYPE_CHECKING:
@@ -60,6 +60,8 @@ class LLM:
         if chat and not self.tokenizer.has_chat_template:
             raise InvalidArgument(f"chat=True, but {self.folder} has no chat template")
         self.chat = self.tokenizer.has_chat_template if chat is None else chat
+        if self.chat:
+            self.tokenizer.check_chat_template()
         self.max_prefill_tokens = max_prefill_tokens
         self._make_scheduler()  # validates max_prefill_tokens now rather than at first use
 
@@ -69,12 +71,15 @@ class LLM:
 
     def generate(self, prompts: str | Sequence[str],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 use_tqdm: bool = False) -> list[RequestOutput]:
-        """Generate for every prompt (one params for all, or one each); outputs in prompt order."""
+                 use_tqdm: bool = False,
+                 on_prefill: PrefillCallback | None = None) -> list[RequestOutput]:
+        """Generate for every prompt (one params for all, or one each); outputs in prompt order.
+        `on_prefill(done, total)` is called after each step that fed prompt tokens: `done` of
+        the `total` prompt tokens of this call are in the cache."""
         from tqdm import tqdm
 
         requests = self.make_requests(prompts, params)
-        scheduler = self._make_scheduler()
+        scheduler = self._make_scheduler(on_prefill)
         try:
             with tqdm(total=len(requests), disable=not use_tqdm, desc="generate") as bar:
                 for request in requests:
@@ -85,15 +90,17 @@ class LLM:
             scheduler.abort()
         return [request.output() for request in requests]
 
-    def stream(self, prompt: str, params: SamplingParams | None = None) -> Iterator[str]:
+    def stream(self, prompt: str, params: SamplingParams | None = None,
+               on_prefill: PrefillCallback | None = None) -> Iterator[str]:
         """Text deltas of one prompt's output as tokens arrive; they concatenate to the text
-        `generate` returns. Validates before returning; close the iterator to stop early."""
+        `generate` returns. Validates before returning; close the iterator to stop early.
+        `on_prefill` as in `generate`."""
         if not isinstance(prompt, str):
             raise InvalidArgument(f"prompt {prompt!r}: stream takes one str")
         if params is not None and not isinstance(params, SamplingParams):
             raise InvalidArgument(f"params {params!r}: expected one SamplingParams")
         [request] = self.make_requests([prompt], params)
-        return self._stream(request)
+        return self._stream(request, on_prefill)
 
     def make_requests(self, prompts: str | Sequence[str],
                       params: SamplingParams | Sequence[SamplingParams] | None) -> list[Request]:
@@ -102,22 +109,33 @@ class LLM:
         if not isinstance(prompts, Sequence) or len(prompts) == 0:
             raise InvalidArgument(f"prompts {prompts!r}: expected a str or a non-empty list")
         per_prompt = _params_per_prompt(params, len(prompts))
-        budget = self.executor.max_session_tokens
         requests = []
         for index, (prompt, request_params) in enumerate(zip(prompts, per_prompt)):
+            if isinstance(prompt, str) and not prompt.strip():
+                raise InvalidArgument(f"prompt {index}: empty (or only whitespace)")
             ids = self.tokenizer.encode(prompt, self.chat)
             if not ids:
                 raise InvalidArgument(f"prompt {index}: encodes to no tokens")
-            if len(ids) >= budget:
-                raise InvalidArgument(
-                    f"prompt {index}: {len(ids)} tokens leave no room in the budget of {budget} "
-                    "tokens per session (raise max_session_tokens or shorten the prompt)")
+            self._check_budget(index, len(ids))
             requests.append(Request(prompt, tuple(ids), request_params,
                                     IncrementalDetokenizer(self.tokenizer)))
         return requests
 
-    def _stream(self, request: Request) -> Iterator[str]:
-        scheduler = self._make_scheduler()
+    def _check_budget(self, index: int, num_tokens: int) -> None:
+        """A prompt must leave room for at least one output token in its session's budget."""
+        budget = self.executor.max_session_tokens
+        if num_tokens < budget:
+            return
+        if budget == self.manifest.max_context:
+            hint = f"the model's context is {budget} tokens; shorten the prompt"
+        else:
+            hint = ("give each session more: lower max_sessions or raise max_session_tokens; or "
+                    "shorten the prompt")
+        raise InvalidArgument(f"prompt {index}: {num_tokens} tokens leave no room in the budget "
+                              f"of {budget} tokens per session ({hint})")
+
+    def _stream(self, request: Request, on_prefill: PrefillCallback | None) -> Iterator[str]:
+        scheduler = self._make_scheduler(on_prefill)
         try:
             scheduler.add(request)
             while scheduler.has_work:
@@ -128,8 +146,9 @@ class LLM:
         finally:
             scheduler.abort()
 
-    def _make_scheduler(self) -> Scheduler:
-        return Scheduler(self.executor, self.tokenizer.eos_token_ids, self.max_prefill_tokens)
+    def _make_scheduler(self, on_prefill: PrefillCallback | None = None) -> Scheduler:
+        return Scheduler(self.executor, self.tokenizer.eos_token_ids, self.max_prefill_tokens,
+                         on_prefill)
 
 
 def _params_per_prompt(params: SamplingParams | Sequence[SamplingParams] | None,

@@ -37,7 +37,8 @@ class SamplingParams:
             raise InvalidArgument(f"max_tokens {self.max_tokens!r}: expected an integer >= 1")
         stop = (self.stop,) if isinstance(self.stop, str) else self.stop
         if not isinstance(stop, (tuple, list)) or not all(isinstance(s, str) and s for s in stop):
-            raise InvalidArgument(f"stop {self.stop!r}: expected non-empty strings")
+            shown = list(stop) if isinstance(stop, tuple) else stop
+            raise InvalidArgument(f"stop {shown!r}: expected non-empty strings")
         object.__setattr__(self, "stop", tuple(stop))
         if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**64):
             raise InvalidArgument(f"seed {self.seed!r}: expected None or an integer in [0, 2**64)")

@@ -9,7 +9,7 @@ Each request owns one session from admission to finish; `abort` closes whatever 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from cellspec.errors import InvalidArgument
 from cellspec.request import Request
@@ -18,11 +18,14 @@ from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput
 
 DEFAULT_MAX_PREFILL_TOKENS = 256
+# on_prefill(done, total): `done` of the `total` prompt tokens added so far are in the cache.
+PrefillCallback = Callable[[int, int], None]
 
 
 class Scheduler:
     def __init__(self, executor: Executor | DFlashExecutor, eos_token_ids: Collection[int],
-                 max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS) -> None:
+                 max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
+                 on_prefill: PrefillCallback | None = None) -> None:
         if isinstance(max_prefill_tokens, bool) or not isinstance(max_prefill_tokens, int) \
                 or max_prefill_tokens < 1:
             raise InvalidArgument(f"max_prefill_tokens {max_prefill_tokens!r}: expected an "
@@ -32,6 +35,9 @@ class Scheduler:
         self.max_prefill_tokens = max_prefill_tokens
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.on_prefill = on_prefill
+        self.num_prompt_tokens = 0  # of every request added
+        self.num_prefilled = 0  # of those, the tokens fed to the executor so far
 
     @property
     def has_work(self) -> bool:
@@ -39,13 +45,15 @@ class Scheduler:
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
+        self.num_prompt_tokens += len(request.prompt_token_ids)
 
     def step(self) -> list[Request]:
         """Admit, run one batch, and retire; returns the requests that finished."""
         self._admit()
         batch = self.make_batch()
-        outputs = self.executor.execute(batch)
         by_sid = {r.sid: r for r in self.running}
+        num_prefill = sum(len(b.tokens) for b in batch if not by_sid[b.sid].is_prefilled)
+        outputs = self.executor.execute(batch)
         budget = self.executor.max_session_tokens
         for item, output in zip(batch, outputs):
             request = by_sid[item.sid]
@@ -56,6 +64,7 @@ class Scheduler:
         finished = [r for r in self.running if r.finish_reason is not None]
         for request in finished:
             self._retire(request)
+        self._report_prefill(num_prefill)
         return finished
 
     def make_batch(self) -> list[BatchInput]:
@@ -98,6 +107,13 @@ class Scheduler:
         if not self.running:
             raise InvalidArgument(f"all {self.executor.max_sessions} sessions are in use (is "
                                   "another stream still open?)")
+
+    def _report_prefill(self, num_tokens: int) -> None:
+        if num_tokens == 0:
+            return
+        self.num_prefilled += num_tokens
+        if self.on_prefill is not None:
+            self.on_prefill(self.num_prefilled, self.num_prompt_tokens)
 
     def _retire(self, request: Request) -> None:
         self.running.remove(request)

@@ -56,6 +56,10 @@ class Tokenizer:
         """Token ids of a prompt; with `chat`, of the prompt as one user message."""
         if not isinstance(prompt, str):
             raise InvalidArgument(f"prompt {prompt!r}: expected a str")
+        bad = next((i for i, c in enumerate(prompt) if "\ud800" <= c <= "\udfff"), None)
+        if bad is not None:  # e.g. bytes of a command line that were not UTF-8
+            raise InvalidArgument(f"prompt: character {bad} is a lone surrogate "
+                                  f"({prompt[bad]!r}), not text; expected valid Unicode")
         if chat:
             ids = self.tokenizer.encode(self.render_chat(prompt), add_special_tokens=False).ids
         else:
@@ -68,9 +72,14 @@ class Tokenizer:
     def render_chat(self, prompt: str) -> str:
         messages = [{"role": "user", "content": prompt}]
         eos = self.eos_token_ids[0] if self.eos_token_ids else None
-        return self._template.render(messages=messages, add_generation_prompt=True,
-                                     bos_token=self.token_text(self.bos_token_id),
-                                     eos_token=self.token_text(eos))
+        return render_chat_template(self._template, messages, self.token_text(self.bos_token_id),
+                                    self.token_text(eos))
+
+    def check_chat_template(self) -> None:
+        """Refuse (InvalidArtifact) a chat template that cannot render one user message."""
+        problem = chat_template_problem(self.chat_template or "")
+        if problem is not None:
+            raise InvalidArtifact(f"chat template: {problem} (pass chat=False to go without it)")
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -79,17 +88,67 @@ class Tokenizer:
     def _template(self) -> Any:
         if not self.chat_template:
             raise InvalidArgument("the model has no chat template (use chat=False)")
-        return compile_chat_template(self.chat_template)
+        try:
+            return compile_chat_template(self.chat_template)
+        except Exception as error:  # a template is foreign code: whatever it raises is its fault
+            raise InvalidArtifact(f"chat template: {describe_template_error(error)}") from error
+
+
+class TemplateRaised(InvalidArgument):
+    """The template called `raise_exception(message)`: it refuses this conversation."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"chat template: {message}")
+        self.message = message
+
+
+PROBE_MESSAGES = ({"role": "user", "content": "Hello!"},)
+
+
+def render_chat_template(template: Any, messages: Sequence[dict[str, str]], bos_token: str,
+                         eos_token: str) -> str:
+    """Render in the sandbox. The template refusing the conversation is an InvalidArgument; any
+    other error (the sandbox refusing an attribute, a type error) is the artifact's."""
+    try:
+        return template.render(messages=list(messages), add_generation_prompt=True,
+                               bos_token=bos_token, eos_token=eos_token)
+    except TemplateRaised:
+        raise
+    except Exception as error:  # a template is foreign code: whatever it raises is its fault
+        raise InvalidArtifact(f"chat template: {describe_template_error(error)}") from error
+
+
+def chat_template_problem(source: str) -> str | None:
+    """Why `source` cannot render a one-message conversation in the sandbox, None when it can."""
+    try:
+        template = compile_chat_template(source)
+        template.render(messages=list(PROBE_MESSAGES), add_generation_prompt=True,
+                        bos_token="<s>", eos_token="</s>")
+    except Exception as error:  # a template is foreign code: whatever it raises is its fault
+        return describe_template_error(error)
+    return None
+
+
+def describe_template_error(error: BaseException) -> str:
+    """One line: what a template's compile or render raised."""
+    from jinja2 import TemplateSyntaxError
+
+    if isinstance(error, TemplateRaised):
+        return f"it raises {error.message!r} for a one-message conversation"
+    text = " ".join(str(error).split())
+    if isinstance(error, TemplateSyntaxError):
+        return f"does not compile (line {error.lineno}: {text})"
+    return f"{type(error).__name__}: {text}"
 
 
 def compile_chat_template(source: str) -> Any:
-    """A jinja2 template in the environment Hugging Face renders chat templates in."""
-    from jinja2 import TemplateError
+    """A jinja2 template in the environment Hugging Face renders chat templates in; raises
+    jinja2's TemplateSyntaxError when it does not compile."""
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:
-        raise InvalidArgument(f"chat template: {message}")
+        raise TemplateRaised(message)
 
     def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
                separators: Any = None, sort_keys: bool = False) -> str:
@@ -101,10 +160,7 @@ def compile_chat_template(source: str) -> Any:
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    try:
-        return env.from_string(source)
-    except TemplateError as error:
-        raise InvalidArtifact(f"chat template: does not compile ({error})") from error
+    return env.from_string(source)
 
 
 class IncrementalDetokenizer:

@@ -83,3 +83,14 @@ def dflash_artifact(tmp_path_factory):
                                               max_context=128, max_cells=512),
            progress=False, draft=draft)
     return out
+
+
+# Fixtures that export or load the bundled SmolLM2-135M: a test using one is slow, marked or not.
+BUNDLED_MODEL_FIXTURES = {"smollm2_gguf", "smollm2_artifact", "smollm2_hf",
+                          "smollm2_dflash_artifact", "gguf_path"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if BUNDLED_MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -85,18 +85,18 @@ def test_bench_prints_tokens_per_second(artifact):
 
 
 @pytest.mark.parametrize("args, message", [
-    ((), "required: command"),
+    (("cache",), "required: ACTION"),
     (("generate", "--bogus"), "unrecognized arguments: --bogus"),
     (("generate", "x", "--max-tokens", "many"), "invalid int value"),
-    (("generate", "x", "--max-tokens", 0, "--model", "{art}"), "max_tokens 0"),
+    (("generate", "x", "--max-tokens", 0, "--model", "{art}"), "--max-tokens 0"),
     (("generate", "x", "--temperature", -1, "--model", "{art}"), "temperature -1.0"),
-    (("generate", "x", "--max-sessions", 0, "--model", "{art}"), "max_sessions 0"),
-    (("generate", "x", "--model", "/no/such/model"), "not an artifact folder"),
+    (("generate", "x", "--max-sessions", 0, "--model", "{art}"), "--max-sessions 0"),
+    (("generate", "x", "--model", "/no/such/model"), "/no/such/model: no such file or folder"),
     (("bench", "--batch", "0", "--model", "{art}"), "--batch"),
     (("export", "/no/such/checkpoint", "{tmp}/out"), "/no/such/checkpoint"),
     (("export", "{art}", "{tmp}/out", "--widths", "1,x"), "integers separated by commas"),
-    (("export", "{art}", "{tmp}/out", "--dtype", "int3"), "dtype 'int3'"),
-    (("export", "{art}", "{tmp}/out", "--max-cells", 10**11), "max_cells 100000000000"),
+    (("export", "{art}", "{tmp}/out", "--dtype", "int3"), "invalid choice: 'int3'"),
+    (("export", "{art}", "{tmp}/out", "--max-cells", 10**11), "--max-cells 100000000000"),
     (("generate", "x", "--threads", 0, "--model", "{art}"), "threads 0"),
     (("generate", "x", "--temperature", "1e-40", "--model", "{art}"), "temperature 1e-40"),
 ])

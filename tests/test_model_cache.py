@@ -5,7 +5,7 @@ import os
 import pytest
 
 import cellspec.export
-from cellspec.errors import InvalidArgument, InvalidCheckpoint
+from cellspec.errors import InvalidArgument, InvalidArtifact, InvalidCheckpoint
 from cellspec.export import ExportConfig
 from cellspec.llm import LLM, SamplingParams
 from cellspec.model_cache import cache_folder, resolve_model
@@ -61,12 +61,12 @@ def test_an_edited_checkpoint_is_exported_again(tmp_path, cache):
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, InvalidCheckpoint])
 def test_an_interrupted_export_leaves_nothing(checkpoint, cache, monkeypatch, interrupt):
-    def fail_midway(checkpoint, out, config, progress=True):
-        (out / "target.onnx").write_bytes(b"half a graph")
+    def fail_midway(out, vocab_size):
+        (out / "sample.onnx").write_bytes(b"half a graph")
         raise interrupt("stopped")
 
     with monkeypatch.context() as patch:
-        patch.setattr(cellspec.export, "export", fail_midway)
+        patch.setattr(cellspec.export, "write_sampler_graphs", fail_midway)
         with pytest.raises(interrupt):
             LLM(checkpoint, export_config=SMALL)
     assert list(cache.iterdir()) == []
@@ -74,8 +74,11 @@ def test_an_interrupted_export_leaves_nothing(checkpoint, cache, monkeypatch, in
 
 
 def test_unknown_models_are_refused(tmp_path, tmp_path_factory):
-    with pytest.raises(InvalidArgument, match="not an artifact folder"):
+    with pytest.raises(InvalidArgument, match="missing: no such file or folder"):
         LLM(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InvalidArgument, match="neither an artifact folder"):
+        LLM(tmp_path / "empty")
     with pytest.raises(InvalidArgument, match="takes no export_config"):
         LLM(tiny_chat_artifact(tmp_path_factory), export_config=SMALL)
     with pytest.raises(InvalidArgument, match="chat 'yes'"):
@@ -96,3 +99,27 @@ def test_the_bundled_model_answers(tmp_path, monkeypatch):
     llm = LLM(max_sessions=2)
     [out] = llm.generate("What is the capital of France?", SamplingParams(max_tokens=24))
     assert "Paris" in out.text
+
+
+def test_an_export_another_process_finished_first_is_used(checkpoint, cache, monkeypatch,
+                                                           tmp_path_factory):
+    import shutil
+
+    folder = cache_folder(checkpoint, SMALL)
+    write_sampler_graphs = cellspec.export.write_sampler_graphs
+
+    def finished_elsewhere(out, vocab_size):
+        shutil.copytree(tiny_chat_artifact(tmp_path_factory), folder)
+        return write_sampler_graphs(out, vocab_size)
+
+    monkeypatch.setattr(cellspec.export, "write_sampler_graphs", finished_elsewhere)
+    assert resolve_model(checkpoint, SMALL, progress=False) == folder
+    assert [p.name for p in cache.iterdir()] == [folder.name]
+
+
+def test_a_broken_cache_entry_is_named(checkpoint, cache):
+    folder = cache_folder(checkpoint, SMALL)
+    folder.mkdir(parents=True)
+    (folder / "weights.bin").write_bytes(b"")
+    with pytest.raises(InvalidArtifact, match=f"cellspec cache clear {folder.name}"):
+        resolve_model(checkpoint, SMALL, progress=False)

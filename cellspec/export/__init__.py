@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import onnx
 
 from cellspec import artifact
 from cellspec.artifact import LayerCache, Manifest, ModelInfo, TargetMethod
-from cellspec.errors import InvalidArgument
+from cellspec.errors import InvalidArgument, InvalidCheckpoint
 from cellspec.export.arch import Hparams, read_hparams
 from cellspec.export.checkpoint import Checkpoint, load_checkpoint
 from cellspec.export.config import ExportConfig
 from cellspec.export.draft import export_draft
 from cellspec.export.draft_checkpoint import DraftCheckpoint, load_draft
+from cellspec.export.progress import stage
 from cellspec.export.sampler import write_sampler_graphs
 from cellspec.export.target import make_target_graph
 from cellspec.export.weights import WeightStore
+from cellspec.staging import staged_folder
+from cellspec.tokenizer import chat_template_problem
 
 TARGET_GRAPH = "target.onnx"
 
@@ -33,37 +35,68 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     sampler and verifier graphs and manifest.json. With `draft` (a z-lab DFlash checkpoint
     folder), the target also returns the draft's taps, and draft_context.onnx/draft_block.onnx
     borrow the target's embedding and LM head. `out` must be missing or empty; with
-    `overwrite`, an existing artifact there is replaced. Nothing is left in `out` when the
-    export fails."""
+    `overwrite`, an existing artifact there is replaced. The artifact is written into a temporary
+    sibling of `out` and renamed into place only when complete: when the export fails, `out` is
+    left exactly as it was."""
     config = config or ExportConfig()
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    out = _check_out(Path(out), overwrite)
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else _read(Path(checkpoint), progress)
     hp = read_hparams(ckpt.config)
+    _check_tokenizer(ckpt, hp)
     draft_ckpt = None if draft is None else load_draft(draft, hp)
     config = _with_draft_taps(config, draft_ckpt)
     _check_against_model(config, hp)
-    out = _prepare_folder(Path(out), overwrite)
-    try:
-        max_context = config.resolved_max_context(hp.max_position_embeddings)
-        with WeightStore(out) as store:
-            model, embeddings = make_target_graph(
-                hp, ckpt.tensors, store, config.dtype, config.resolved_max_cells, max_context,
-                config.taps, progress, config.quantize, config.accuracy_level)
-            drafted = None if draft_ckpt is None else export_draft(
-                draft_ckpt, hp, embeddings, store, out, dtype=config.dtype,
-                max_cells=config.resolved_max_cells, max_context=max_context)
-        onnx.save(model, str(out / TARGET_GRAPH))
-        if ckpt.tokenizer_json is not None:
-            (out / artifact.TOKENIZER_NAME).write_text(ckpt.tokenizer_json)
-        manifest = make_manifest(ckpt, hp, config)
-        graphs = write_sampler_graphs(out, hp.vocab_size)
-        manifest = dataclasses.replace(manifest, graphs=graphs)
-        if drafted is not None:
-            manifest = dataclasses.replace(manifest, draft=drafted[0], draft_cache=drafted[1])
-        manifest.save(out)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        raise
+    with staged_folder(out, replace=overwrite) as temp:
+        manifest = _write_artifact(ckpt, hp, config, draft_ckpt, temp, progress)
     return manifest
+
+
+def _read(checkpoint: Path, progress: bool) -> Checkpoint:
+    what = "reading and dequantizing" if checkpoint.suffix == ".gguf" else "reading"
+    with stage(f"{what} {checkpoint.name}", progress):
+        return load_checkpoint(checkpoint)
+
+
+def _write_artifact(ckpt: Checkpoint, hp: Hparams, config: ExportConfig,
+                    draft_ckpt: DraftCheckpoint | None, out: Path, progress: bool) -> Manifest:
+    max_context = config.resolved_max_context(hp.max_position_embeddings)
+    with WeightStore(out) as store:
+        model, embeddings = make_target_graph(
+            hp, ckpt.tensors, store, config.dtype, config.resolved_max_cells, max_context,
+            config.taps, progress, config.quantize, config.accuracy_level)
+        drafted = None if draft_ckpt is None else export_draft(
+            draft_ckpt, hp, embeddings, store, out, dtype=config.dtype,
+            max_cells=config.resolved_max_cells, max_context=max_context)
+    onnx.save(model, str(out / TARGET_GRAPH))
+    if ckpt.tokenizer_json is not None:
+        (out / artifact.TOKENIZER_NAME).write_text(ckpt.tokenizer_json)
+    manifest = make_manifest(ckpt, hp, config)
+    graphs = write_sampler_graphs(out, hp.vocab_size)
+    manifest = dataclasses.replace(manifest, graphs=graphs)
+    if drafted is not None:
+        manifest = dataclasses.replace(manifest, draft=drafted[0], draft_cache=drafted[1])
+    manifest.save(out)
+    return manifest
+
+
+def _check_tokenizer(ckpt: Checkpoint, hp: Hparams) -> None:
+    """The tokenizer must load and fit the vocabulary; the chat template must render a
+    conversation in the sandbox (a hostile template is refused here, not at first use)."""
+    if ckpt.tokenizer_json is not None:
+        from tokenizers import Tokenizer
+
+        try:
+            size = Tokenizer.from_str(ckpt.tokenizer_json).get_vocab_size(with_added_tokens=True)
+        except Exception as error:  # tokenizers raises plain Exception on a bad file
+            raise InvalidCheckpoint(f"{ckpt.name}: tokenizer.json is not a tokenizer "
+                                    f"({str(error)[:80]})") from error
+        if size > hp.vocab_size:
+            raise InvalidCheckpoint(f"{ckpt.name}: tokenizer.json has {size} tokens, more than "
+                                    f"the model's vocabulary of {hp.vocab_size}")
+    if ckpt.chat_template:
+        problem = chat_template_problem(ckpt.chat_template)
+        if problem is not None:
+            raise InvalidCheckpoint(f"{ckpt.name}: chat template: {problem}")
 
 
 def _with_draft_taps(config: ExportConfig, draft: DraftCheckpoint | None) -> ExportConfig:
@@ -73,7 +106,7 @@ def _with_draft_taps(config: ExportConfig, draft: DraftCheckpoint | None) -> Exp
     taps = draft.spec.tap_layer_ids
     if config.taps and tuple(config.taps) != tuple(taps):
         raise InvalidArgument(f"taps {list(config.taps)}: the draft reads layers {list(taps)}; "
-                              "leave --taps out when exporting a draft")
+                              "leave taps out when exporting a draft")
     return dataclasses.replace(config, taps=tuple(taps))
 
 
@@ -115,7 +148,8 @@ def _check_against_model(config: ExportConfig, hp: Hparams) -> None:
                               f"{hp.max_position_embeddings} positions")
 
 
-def _prepare_folder(out: Path, overwrite: bool) -> Path:
+def _check_out(out: Path, overwrite: bool) -> Path:
+    """Refuse an `out` that is a file, or a non-empty folder that may not be replaced."""
     if out.exists() and not out.is_dir():
         raise InvalidArgument(f"out {out}: exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
@@ -124,6 +158,4 @@ def _prepare_folder(out: Path, overwrite: bool) -> Path:
         if not (out / artifact.MANIFEST_NAME).is_file():
             raise InvalidArgument(
                 f"out {out}: not empty and not a cellspec artifact; refusing to overwrite it")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
     return out

@@ -61,11 +61,11 @@ class Hparams:
 
 
 def arch_spec(config: dict[str, Any]) -> ArchSpec:
-    names = config.get("architectures") or []
+    names = config.get("architectures")
     name = names[0] if isinstance(names, list) and names else names
-    if name not in ARCHITECTURES:
-        raise InvalidCheckpoint(
-            f"architecture {name!r} is not supported; known: {', '.join(ARCHITECTURES)}")
+    if not isinstance(name, str) or name not in ARCHITECTURES:
+        raise InvalidCheckpoint(f"config architectures: {names!r}, supported are "
+                                f"{', '.join(ARCHITECTURES)}")
     return ARCHITECTURES[name]
 
 
@@ -73,9 +73,10 @@ def read_hparams(config: dict[str, Any]) -> Hparams:
     """Normalize a HF config.json; raises InvalidCheckpoint naming a missing or bad key."""
     spec = arch_spec(config)
     if config.get("hidden_act", "silu") != "silu":
-        raise InvalidCheckpoint(f"hidden_act {config['hidden_act']!r}: only silu is supported")
+        raise InvalidCheckpoint(f"config hidden_act: {config['hidden_act']!r}, only silu is "
+                                "supported")
     hidden, heads = _int(config, "hidden_size"), _int(config, "num_attention_heads")
-    layers = _int(config, "num_hidden_layers")
+    layers, vocab = _int(config, "num_hidden_layers"), _int(config, "vocab_size")
     kv_heads = _int(config, "num_key_value_heads", heads)
     if heads % kv_heads:
         raise InvalidCheckpoint(f"num_attention_heads {heads} is not a multiple of "
@@ -83,23 +84,23 @@ def read_hparams(config: dict[str, Any]) -> Hparams:
     theta, scaling = _rope(config)
     return Hparams(
         spec=spec,
-        vocab_size=_int(config, "vocab_size"),
+        vocab_size=vocab,
         hidden_size=hidden,
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=_int(config, "head_dim", spec.default_head_dim or hidden // heads),
         intermediate_size=_int(config, "intermediate_size"),
-        rms_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rms_eps=_positive_number(config, "rms_norm_eps", 1e-6),
         rope_theta=theta,
         rope_scaling=scaling,
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        attention_bias=bool(config.get("attention_bias", False)),
-        mlp_bias=spec.has_mlp_bias_key and bool(config.get("mlp_bias", False)),
+        tie_word_embeddings=_bool(config, "tie_word_embeddings", False),
+        attention_bias=_bool(config, "attention_bias", False),
+        mlp_bias=spec.has_mlp_bias_key and _bool(config, "mlp_bias", False),
         windows=_windows(spec, config, layers),
         max_position_embeddings=_int(config, "max_position_embeddings", 4096),
-        bos_token_id=config.get("bos_token_id"),
-        eos_token_ids=_eos_ids(config.get("eos_token_id")),
+        bos_token_id=_bos_id(config.get("bos_token_id"), vocab),
+        eos_token_ids=_eos_ids(config.get("eos_token_id"), vocab),
     )
 
 
@@ -127,60 +128,138 @@ def rope_inv_freq(hp: Hparams) -> np.ndarray:
 
 def _rope(config: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
     # transformers 5 writes `rope_parameters`; older configs `rope_theta` + `rope_scaling`.
-    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
-    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    params = _rope_parameters(config)
+    theta = _positive_number({"rope_theta": config.get("rope_theta"), **params}, "rope_theta",
+                             10000.0)
     kind = params.get("rope_type", params.get("type", "default"))
-    if kind not in ROPE_TYPES:
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
         raise InvalidCheckpoint(f"rope type {kind!r}: supported are {', '.join(ROPE_TYPES)}")
-    if float(params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))) != 1:
-        raise InvalidCheckpoint("partial_rotary_factor != 1 is not supported")
+    partial = _number({"partial_rotary_factor": config.get("partial_rotary_factor"), **params},
+                      "partial_rotary_factor", 1.0)
+    if partial != 1:
+        raise InvalidCheckpoint(f"config partial_rotary_factor: {partial!r}, only 1 is supported")
     if kind == "default":
         return theta, None
-    required = ("factor",) if kind == "linear" else ("factor", "low_freq_factor",
-                                                      "high_freq_factor")
-    for key in required:
-        if key not in params:
-            raise InvalidCheckpoint(f"rope type {kind}: rope parameter {key!r} is missing")
     scaling = {k: v for k, v in params.items() if k not in ("type", "rope_theta")}
     scaling["rope_type"] = kind
+    scaling["factor"] = _positive_number(params, "factor")
     if kind == "llama3":
-        scaling.setdefault("original_max_position_embeddings",
-                           config.get("original_max_position_embeddings",
-                                      _int(config, "max_position_embeddings", 4096)))
+        _check_llama3(config, params, scaling)
     return theta, scaling
 
 
+def _rope_parameters(config: dict[str, Any]) -> dict[str, Any]:
+    key = "rope_parameters" if config.get("rope_parameters") is not None else "rope_scaling"
+    params = config.get(key)
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise InvalidCheckpoint(f"config {key}: {params!r}, expected an object")
+    nested = [k for k, v in params.items() if isinstance(v, dict)]
+    if nested:  # transformers 5 allows rope parameters per layer type
+        raise InvalidCheckpoint(f"config {key}: per-layer-type rope parameters "
+                                f"({', '.join(nested)}) are not supported")
+    return params
+
+
+def _check_llama3(config: dict[str, Any], params: dict[str, Any],
+                  scaling: dict[str, Any]) -> None:
+    low = scaling["low_freq_factor"] = _positive_number(params, "low_freq_factor")
+    high = scaling["high_freq_factor"] = _positive_number(params, "high_freq_factor")
+    if not low < high:
+        raise InvalidCheckpoint(f"config high_freq_factor: {high!r}, expected more than "
+                                f"low_freq_factor {low!r}")
+    default = config.get("original_max_position_embeddings",
+                         _int(config, "max_position_embeddings", 4096))
+    scaling["original_max_position_embeddings"] = _int(
+        params, "original_max_position_embeddings", default)
+
+
 def _windows(spec: ArchSpec, config: dict[str, Any], layers: int) -> tuple[int, ...]:
+    """Per layer: the window, 0 for full attention. A window is null (none) or an integer > 0,
+    as transformers' configs and masks take it."""
     if spec.window_rule == "none":
         return (0,) * layers
-    window = config.get("sliding_window", DEFAULT_SLIDING_WINDOW)
     if spec.window_rule == "all":  # Mistral: every layer, when sliding_window is set
-        return (int(window) if window else 0,) * layers
+        return (_window(config, DEFAULT_SLIDING_WINDOW),) * layers
     # Qwen3Config.__post_init__: sliding_window only counts with use_sliding_window, and
     # layer_types defaults to sliding for layers >= max_window_layers.
-    window = window if config.get("use_sliding_window", False) else None
+    is_used = _bool(config, "use_sliding_window", False)
+    window = _window(config, DEFAULT_SLIDING_WINDOW) if is_used else 0
     types = config.get("layer_types")
     if types is None:
-        start = int(config.get("max_window_layers", 28))
-        types = ["sliding_attention" if window is not None and i >= start else "full_attention"
+        start = _int(config, "max_window_layers", 28, minimum=0)
+        types = ["sliding_attention" if window and i >= start else "full_attention"
                  for i in range(layers)]
-    if len(types) != layers:
-        raise InvalidCheckpoint(f"layer_types has {len(types)} entries for {layers} layers")
+    if not isinstance(types, list) or len(types) != layers \
+            or not set(types) <= {"sliding_attention", "full_attention"}:
+        raise InvalidCheckpoint(f"config layer_types: {types!r}, expected {layers} of "
+                                "'full_attention' and 'sliding_attention'")
     if "sliding_attention" in types and not window:
-        raise InvalidCheckpoint(f"layer_types {types} has sliding layers but no sliding_window")
-    return tuple(int(window) if t == "sliding_attention" else 0 for t in types)
+        raise InvalidCheckpoint(f"config layer_types {types} has sliding layers but no "
+                                "sliding_window")
+    return tuple(window if t == "sliding_attention" else 0 for t in types)
 
 
-def _eos_ids(value: Any) -> tuple[int, ...]:
+def _window(config: dict[str, Any], default: int) -> int:
+    """sliding_window: missing = the config class default; null = no window (0)."""
+    if "sliding_window" in config and config["sliding_window"] is None:
+        return 0
+    return _int(config, "sliding_window", default)
+
+
+def _bos_id(value: Any, vocab_size: int) -> int | None:
+    return None if value is None else _token_id(value, "bos_token_id", vocab_size)
+
+
+def _eos_ids(value: Any, vocab_size: int) -> tuple[int, ...]:
     if value is None:
         return ()
-    return tuple(int(v) for v in value) if isinstance(value, list) else (int(value),)
+    values = value if isinstance(value, list) else [value]
+    return tuple(_token_id(v, "eos_token_id", vocab_size) for v in values)
 
 
-def _int(config: dict[str, Any], key: str, default: int | None = None) -> int:
+def _token_id(value: Any, key: str, vocab_size: int) -> int:
+    if not _is_int(value) or not 0 <= value < vocab_size:
+        raise InvalidCheckpoint(f"config {key}: {value!r}, expected a token id in "
+                                f"0..{vocab_size - 1}")
+    return value
+
+
+def _int(config: dict[str, Any], key: str, default: int | None = None, minimum: int = 1) -> int:
     value = config.get(key)
     if value is None:
         value = default
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise InvalidCheckpoint(f"config {key}: {value!r}, expected a positive integer")
+    if not _is_int(value) or value < minimum:
+        expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise InvalidCheckpoint(f"config {key}: {value!r}, expected {expected}")
     return value
+
+
+def _number(config: dict[str, Any], key: str, default: float | None = None) -> float:
+    value = config.get(key)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidCheckpoint(f"config {key}: {value!r}, expected a number")
+    return float(value)
+
+
+def _positive_number(config: dict[str, Any], key: str, default: float | None = None) -> float:
+    value = _number(config, key, default)
+    if value <= 0:
+        raise InvalidCheckpoint(f"config {key}: {value!r}, expected a number > 0")
+    return value
+
+
+def _bool(config: dict[str, Any], key: str, default: bool) -> bool:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidCheckpoint(f"config {key}: {value!r}, expected true or false")
+    return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

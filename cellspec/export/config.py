@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cellspec.artifact import DTYPES, QUANTIZATIONS
 from cellspec.errors import InvalidArgument
 
-DTYPES = ("float32", "float16", "bfloat16")
-QUANTIZE = ("none", "int4")
+__all__ = ["DTYPES", "ExportConfig", "QUANTIZE"]
+QUANTIZE = QUANTIZATIONS
 DEFAULT_MAX_CONTEXT = 4096
 DEFAULT_MAX_CELLS = 8192
 MAX_CELLS_LIMIT = 1 << 22  # 4M cells: beyond any context a host pool can hold
@@ -57,9 +58,10 @@ class ExportConfig:
             raise InvalidArgument(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
         widths = tuple(self.static_widths)
         if not widths or not all(_is_int(w) and w > 0 for w in widths):
-            raise InvalidArgument(f"static_widths {widths}: expected positive integers")
+            raise InvalidArgument(f"static_widths {list(widths)}: expected positive integers")
         if list(widths) != sorted(set(widths)):
-            raise InvalidArgument(f"static_widths {widths}: expected ascending, no duplicates")
+            raise InvalidArgument(f"static_widths {list(widths)}: expected ascending, no "
+                                  "duplicates")
         dyn = self.dynamic_width
         if not _is_int(dyn) or dyn < 0 or (dyn != 0 and dyn <= widths[-1]):
             raise InvalidArgument(
@@ -74,7 +76,7 @@ class ExportConfig:
                 f"({self.max_step_width}) and <= {MAX_CELLS_LIMIT}")
         taps = tuple(self.taps)
         if not all(_is_int(t) and t >= 0 for t in taps) or len(set(taps)) != len(taps):
-            raise InvalidArgument(f"taps {taps}: expected distinct layer ids >= 0")
+            raise InvalidArgument(f"taps {list(taps)}: expected distinct layer ids >= 0")
         object.__setattr__(self, "static_widths", widths)
         object.__setattr__(self, "taps", taps)
 

@@ -65,6 +65,9 @@ def read_draft_spec(config: dict[str, Any], target: Hparams) -> DraftSpec:
     names = config.get("architectures") or []
     if names != [ARCHITECTURE]:
         raise InvalidCheckpoint(f"draft architectures {names!r}: expected [{ARCHITECTURE!r}]")
+    nested = config.get("dflash_config")
+    _require(nested is None or isinstance(nested, dict), "dflash_config",
+             f"{nested!r}, expected an object")
     _check_options(config)
     vocab = config.get("vocab_size", target.vocab_size)
     _require(vocab == target.vocab_size, "vocab_size",
@@ -137,8 +140,8 @@ def _check_options(config: dict[str, Any]) -> None:
         _require(value is None or value == neutral or (neutral is None and not value), key,
                  f"{value!r} is not supported (only {neutral!r})")
     types = config.get("layer_types") or []
-    _require(all(t == "full_attention" for t in types), "layer_types",
-             f"{types}: only full_attention draft layers are supported")
+    _require(isinstance(types, list) and all(t == "full_attention" for t in types),
+             "layer_types", f"{types!r}: only full_attention draft layers are supported")
 
 
 def _draft_value(config: dict[str, Any], key: str, default: Any = None) -> Any:

@@ -64,12 +64,13 @@ def load_gguf(path: str | Path) -> Checkpoint:
     blocks, read on access), tokenizer, template."""
     path = Path(path)
     reader = _open(path)
-    metadata = {key: field.contents() for key, field in reader.fields.items()}
+    metadata = _read_metadata(reader, path)
+    _check_tokenizer_metadata(metadata, path)
     config = _config(metadata, {tensor.name for tensor in reader.tensors}, path)
     return Checkpoint(
         config=config,
         tensors=GgufTensors(reader, config, path),
-        tokenizer_json=make_tokenizer_json(metadata),
+        tokenizer_json=_tokenizer_json(metadata, path),
         chat_template=metadata.get("tokenizer.chat_template"),
         name=path.name.removesuffix(".gguf"),
     )
@@ -79,24 +80,9 @@ def load_gguf_blocks(path: str | Path) -> dict[str, BlockQuantized]:
     """Every Q4_0, Q4_1 and Q8_0 matrix of a llama GGUF as exact MatMulNBits blocks under its
     Hugging Face name, q/k rows un-permuted on the blocks as `load_gguf` does on float32.
     Tensors of other types (norms, F16 matrices) are left out: take them from `load_gguf`."""
-    path = Path(path)
-    reader = _open(path)
-    metadata = {key: field.contents() for key, field in reader.fields.items()}
-    config = _config(metadata, {tensor.name for tensor in reader.tensors}, path)
-    expected, blocks = _expected_shapes(config), {}
-    for tensor in reader.tensors:
-        name, quantized = hf_tensor_name(tensor.name), from_gguf_tensor(tensor)
-        if quantized is None:
-            continue
-        if name not in expected or quantized.shape != expected[name]:
-            raise InvalidCheckpoint(f"{path}: tensor {tensor.name!r} has shape "
-                                    f"{quantized.shape}, expected {expected.get(name)}")
-        for suffix, heads in _PERMUTED_HEADS.items():
-            if name.endswith(suffix):
-                rows = unpermute_rows(np.arange(quantized.shape[0]), config[heads])
-                quantized = quantized.take_rows(rows)
-        blocks[name] = quantized
-    return blocks
+    tensors = load_gguf(path).tensors
+    blocks = {name: tensors.blocks(name) for name in tensors}
+    return {name: q for name, q in blocks.items() if q is not None}
 
 
 def permute_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
@@ -122,8 +108,61 @@ def _open(path: Path) -> Any:
         raise InvalidCheckpoint(f"GGUF file {path} does not exist")
     try:
         return GGUFReader(path)
-    except (ValueError, IndexError, OSError, KeyError) as error:
+    except (ValueError, IndexError, OSError, KeyError, TypeError, OverflowError) as error:
         raise InvalidCheckpoint(f"{path} is not a readable GGUF file: {error}") from error
+
+
+# Errors the gguf package raises on corrupt bytes (UnicodeDecodeError is a ValueError).
+_READ_ERRORS = (ValueError, IndexError, KeyError, TypeError, OverflowError)
+
+
+def _read_metadata(reader: Any, path: Path) -> dict[str, Any]:
+    try:
+        return {key: field.contents() for key, field in reader.fields.items()}
+    except _READ_ERRORS as error:
+        raise InvalidCheckpoint(f"{path} has unreadable GGUF metadata: {error}") from error
+
+
+def _check_tokenizer_metadata(metadata: dict[str, Any], path: Path) -> None:
+    """The tokenizer keys, when present, hold what make_tokenizer_json reads."""
+    kinds = {"tokenizer.ggml.tokens": str, "tokenizer.ggml.merges": str,
+             "tokenizer.ggml.token_type": int}
+    for key, kind in kinds.items():
+        value = metadata.get(key)
+        if value is not None and not (isinstance(value, list)
+                                      and all(isinstance(v, kind) for v in value)):
+            raise InvalidCheckpoint(f"{path}: GGUF metadata {key!r} = {str(value)[:40]}: "
+                                    f"expected a list of {kind.__name__}")
+    template = metadata.get("tokenizer.chat_template")
+    if template is not None and not isinstance(template, str):
+        raise InvalidCheckpoint(f"{path}: GGUF metadata 'tokenizer.chat_template' = "
+                                f"{str(template)[:40]}: expected a string")
+
+
+def _tokenizer_json(metadata: dict[str, Any], path: Path) -> str:
+    try:
+        return make_tokenizer_json(metadata)
+    except InvalidCheckpoint as error:
+        raise InvalidCheckpoint(f"{path}: {error}") from error
+    except Exception as error:  # tokenizers raises plain Exception (a merge of unknown tokens)
+        raise InvalidCheckpoint(f"{path}: cannot build the tokenizer from the GGUF metadata "
+                                f"({error})") from error
+
+
+def _int_value(metadata: dict[str, Any], key: str, path: Path, default: Any = None) -> int:
+    """A positive integer metadata value; `default` when the key is missing (None: required)."""
+    value = metadata.get(key, default) if default is not None else _require(metadata, key, path)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InvalidCheckpoint(f"{path}: GGUF metadata {key!r} = {value!r}: expected a "
+                                "positive integer")
+    return value
+
+
+def _float_value(metadata: dict[str, Any], key: str, path: Path, default: Any = None) -> float:
+    value = metadata.get(key, default) if default is not None else _require(metadata, key, path)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidCheckpoint(f"{path}: GGUF metadata {key!r} = {value!r}: expected a number")
+    return _float32_value(value)
 
 
 def _float32_value(value: float) -> float:
@@ -152,12 +191,12 @@ def _config(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> dic
     """The Hugging Face LlamaConfig fields the metadata states."""
     _check_supported(metadata, tensor_names, path)
 
-    def key(name: str) -> Any:
-        return _require(metadata, f"llama.{name}", path)
+    def key(name: str, default: Any = None) -> int:
+        return _int_value(metadata, f"llama.{name}", path, default)
 
     hidden, num_heads = key("embedding_length"), key("attention.head_count")
-    head_dim = metadata.get("llama.attention.key_length", hidden // num_heads)
-    rope_dim = metadata.get("llama.rope.dimension_count", head_dim)
+    head_dim = key("attention.key_length", hidden // num_heads or None)
+    rope_dim = key("rope.dimension_count", head_dim)
     if rope_dim != head_dim:
         raise InvalidCheckpoint(f"{path}: rotary dims {rope_dim} != head_dim {head_dim}")
     tokens = _require(metadata, "tokenizer.ggml.tokens", path)
@@ -168,16 +207,16 @@ def _config(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> dic
         "intermediate_size": key("feed_forward_length"),
         "num_hidden_layers": key("block_count"),
         "num_attention_heads": num_heads,
-        "num_key_value_heads": metadata.get("llama.attention.head_count_kv", num_heads),
+        "num_key_value_heads": key("attention.head_count_kv", num_heads),
         "head_dim": head_dim,
         "hidden_act": "silu",
         "attention_bias": False,
         "mlp_bias": False,
-        "rms_norm_eps": _float32_value(key("attention.layer_norm_rms_epsilon")),
-        "rope_theta": _float32_value(metadata.get("llama.rope.freq_base", 10000.0)),
+        "rms_norm_eps": _float_value(metadata, "llama.attention.layer_norm_rms_epsilon", path),
+        "rope_theta": _float_value(metadata, "llama.rope.freq_base", path, 10000.0),
         "rope_scaling": None,
         "max_position_embeddings": key("context_length"),
-        "vocab_size": metadata.get("llama.vocab_size", len(tokens)),
+        "vocab_size": key("vocab_size", len(tokens) or None),
         "tie_word_embeddings": "output.weight" not in tensor_names,
         "bos_token_id": metadata.get("tokenizer.ggml.bos_token_id"),
         "eos_token_id": metadata.get("tokenizer.ggml.eos_token_id"),
@@ -247,13 +286,16 @@ def _dequantize(tensor: Any, path: Path) -> np.ndarray:
 
     try:
         values = dequantize(tensor.data, tensor.tensor_type)
+        # GGUF shapes list the fastest axis first: ne = [in, out] is the [out, in] matrix.
+        shape = tuple(reversed(tensor.shape.tolist()))
+        return np.array(values, dtype=np.float32).reshape(shape)
     except NotImplementedError as error:
         kind = tensor.tensor_type.name
         raise InvalidCheckpoint(
             f"{path}: tensor {tensor.name!r}: cannot dequantize {kind}"
         ) from error
-    # GGUF shapes list the fastest axis first: ne = [in, out] is the [out, in] matrix.
-    return np.array(values, dtype=np.float32).reshape(tuple(reversed(tensor.shape.tolist())))
+    except _READ_ERRORS as error:  # the data does not fill the tensor's shape
+        raise InvalidCheckpoint(f"{path}: tensor {tensor.name!r} is unreadable: {error}") from error
 
 
 def _expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:

@@ -20,12 +20,12 @@ class Sampling:
 
     def __post_init__(self) -> None:
         t, p, k = self.temperature, self.top_p, self.top_k
-        if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
+        if not _is_number(t) or math.isnan(t) or t < 0 or math.isinf(t):
             raise InvalidArgument(f"temperature {t!r}: expected a finite number >= 0")
         if 0 < t < MIN_TEMPERATURE:  # logits / t would overflow float32
             raise InvalidArgument(f"temperature {t!r}: expected 0 (greedy) or >= "
                                   f"{MIN_TEMPERATURE}")
-        if not isinstance(p, (int, float)) or math.isnan(p) or not 0.0 <= p <= 1.0:
+        if not _is_number(p) or math.isnan(p) or not 0.0 <= p <= 1.0:
             raise InvalidArgument(f"top_p {p!r}: expected a number in [0, 1]")
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
             raise InvalidArgument(f"top_k {k!r}: expected an integer >= 0 (0 = off)")
@@ -33,6 +33,11 @@ class Sampling:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def _is_number(value: object) -> bool:
+    """An int or a float; a bool is neither here (True is not a temperature)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

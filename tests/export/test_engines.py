@@ -198,7 +198,10 @@ def test_unknown_graph_selection_is_refused(tiny_artifact):
 def test_context_and_owner_ranges_follow_the_manifest(tiny_artifact):
     draft = DraftMethod("c.onnx", "b.onnx", block_size=16, tap_layer_ids=(0,), mask_token_id=0,
                         max_owners=3, num_layers=1)
-    ranges = artifact_ranges(replace(Manifest.load(tiny_artifact), draft=draft, graphs={}))
+    manifest = Manifest.load(tiny_artifact)
+    manifest = replace(manifest, target=replace(manifest.target, tap_layer_ids=(0,)),
+                       draft=draft, draft_cache=manifest.target_cache[:1], graphs={})
+    ranges = artifact_ranges(manifest)
     assert list(ranges) == ["target.onnx", "c.onnx", "b.onnx"]
     assert ranges["c.onnx"] == [{"C": (1, DYNAMIC, DYNAMIC)}]
     assert [(r["O"], r["Q"], r["S"]) for r in ranges["b.onnx"]] == [

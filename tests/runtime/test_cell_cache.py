@@ -49,7 +49,8 @@ def check_plan(cache: CellCache, plan, causal: bool = True) -> None:
     assert plan.attn_mask.shape == (rows, 1, width, num_cells + width)
     for s, seq in enumerate(plan.seq_ids.tolist()):
         cells = [] if seq == PAD_SEQ else cache.seq_cells[seq].tolist()
-        assert plan.cell_table[s].tolist() == cells + [cache.scratch_cell] * (num_cells - len(cells))
+        padding = [cache.scratch_cell] * (num_cells - len(cells))
+        assert plan.cell_table[s].tolist() == cells + padding
         for q in range(width):
             real = q < plan.counts[s]
             pos = len(cells) + q if real else 0

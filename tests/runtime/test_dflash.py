@@ -18,6 +18,11 @@ from .test_executor import prompts, run_alone
 SAMPLINGS = {"greedy": Sampling(), "sampled": Sampling(temperature=0.7, top_p=0.9)}
 
 
+def undrained(spec, sid):
+    """Positions the draft cache holds plus the hidden rows waiting for it."""
+    return spec.draft.cache.pos(sid) + len(spec.sessions.sessions[sid].draft.hidden)
+
+
 def plain_executor(spec):
     """A plain executor over the same artifact and limits as `spec`."""
     return Executor.load(spec.folder, max_sessions=spec.max_sessions,
@@ -54,14 +59,14 @@ def test_clone_and_rewind_keep_both_caches_in_step(dflash_artifact):
     assert spec_decode(spec, [sid], [prompt], 12)[0] == plain[:12]
     upto = len(prompt) + 5
     branch = spec.clone(sid, upto)
-    assert spec.draft.cache.pos(branch) + len(spec.sessions.sessions[branch].draft.hidden) == upto
+    assert undrained(spec, branch) == upto
     tokens = [plain[5]]
     while len(tokens) < 16:
         out = spec.execute([BatchInput(branch, (tokens[-1],), spec.pos(branch))])[0]
         tokens.extend(out.tokens)
     assert tokens[:16] == plain[5:21]
     spec.rewind(sid, len(prompt) + 2)
-    assert spec.draft.cache.pos(sid) + len(spec.sessions.sessions[sid].draft.hidden) == len(prompt) + 2
+    assert undrained(spec, sid) == len(prompt) + 2
     again = [plain[2]]
     while len(again) < 12:
         out = spec.execute([BatchInput(sid, (again[-1],), spec.pos(sid))])[0]
@@ -201,7 +206,7 @@ class Truth:
 
 def check_draft_state(spec, reference, sid, history):
     """Both caches agree with the history, and the draft's keys equal a fresh replay's."""
-    assert spec.draft.cache.pos(sid) + len(spec.sessions.sessions[sid].draft.hidden) == spec.pos(sid)
+    assert undrained(spec, sid) == spec.pos(sid)
     assert spec.pos(sid) == len(history)
     if not history:
         return
