@@ -34,7 +34,8 @@ FLAGS = {
     "n_draft": "--n-draft", "backend": "--backend", "model": "--model", "dtype": "--dtype",
     "static_widths": "--widths", "dynamic_width": "--dynamic-width",
     "max_context": "--max-context", "max_cells": "--max-cells", "taps": "--taps", "out": "OUT",
-    "overwrite=True": "--overwrite", "chat=False": "--no-chat",
+    "overwrite=True": "--overwrite", "chat=False": "--no-chat", "quantize": "--quantize",
+    "accuracy_level": "--accuracy-level",
 }
 _KEYWORDS = "|".join(re.escape(k) for k in sorted(FLAGS, key=len, reverse=True))
 _KEYWORD = re.compile(rf"(^|\b(?:raise|lower|pass|use|leave) )({_KEYWORDS})(?![\w=])")
@@ -51,7 +52,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     widths = {} if args.widths is None else {"static_widths": args.widths}
     config = ExportConfig(dtype=args.dtype, dynamic_width=args.dynamic_width,
                           max_context=args.max_context, max_cells=args.max_cells,
-                          taps=args.taps, **widths)
+                          taps=args.taps, quantize=args.quantize,
+                          accuracy_level=args.accuracy_level, **widths)
     if args.engines is None and args.compute_capabilities:
         raise UsageError("--compute-capabilities needs --engines tensorrt-rtx")
     capabilities = list(args.compute_capabilities or ("sm80", "sm89"))

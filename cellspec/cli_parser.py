@@ -52,6 +52,13 @@ def add_export_parser(commands: argparse._SubParsersAction) -> None:
     export.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="weights and activations; bfloat16 is for TensorRT engines "
                              "(default: float32)")
+    export.add_argument("--quantize", choices=["none", "int4"], default="none",
+                        help="int4: projections as 4-bit blocks (a GGUF's own Q4_1/Q4_0 blocks "
+                             "as they are, round-to-nearest otherwise), embedding and LM head "
+                             "as 8-bit blocks (default: none)")
+    export.add_argument("--accuracy-level", type=int, choices=[0, 4], default=4,
+                        help="int4 arithmetic on the CPU: 4 = int8 activations (fast), 0 = "
+                             "float (default: 4)")
     export.add_argument("--widths", type=int_list, metavar="LIST",
                         help="static step widths, ascending (default: 1,2,4,8,16,32)")
     export.add_argument("--dynamic-width", type=int, default=256, metavar="N",
@@ -129,7 +136,7 @@ def add_cache_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    from cellspec.runtime.engine import BACKENDS
+    from cellspec.runtime.backend import BACKENDS
 
     parser.add_argument("--model", metavar="PATH",
                         help="an artifact folder, or a checkpoint folder or .gguf file exported "

@@ -31,14 +31,27 @@ SOURCE_NAME = "cellspec-source.txt"  # the checkpoint's path, written next to th
 STALE_SECONDS = 600  # a partial export untouched this long was killed, not still writing
 
 
+def bundled_export() -> tuple[ExportConfig, Path | None]:
+    """How the bundled SmolLM2 is exported by default: its own Q4_1/Q8_0 blocks as they are
+    (int4 weights, the fastest on the CPU: bench/NOTES.md) and the shipped DFlash draft."""
+    from cellspec.drafts import bundled_draft
+    from cellspec.export.config import ExportConfig
+
+    return ExportConfig(quantize="int4", max_context=2048, max_cells=16384), bundled_draft()
+
+
 def resolve_model(model: str | Path | None, export_config: ExportConfig | None = None,
                   progress: bool = True) -> Path:
     """The artifact folder for `model`: an artifact, a HF checkpoint folder, a `.gguf` file, or
-    None for the bundled SmolLM2-135M-Instruct GGUF; checkpoints are exported on first use."""
+    None for the bundled SmolLM2-135M-Instruct GGUF (exported as `bundled_export` says unless
+    `export_config` is given); checkpoints are exported on first use."""
+    draft = None
     if model is None:
         from cellspec.export.gguf import find_bundled_gguf
 
         model = find_bundled_gguf()
+        if export_config is None:
+            export_config, draft = bundled_export()
     if not isinstance(model, (str, Path)):
         raise InvalidArgument(f"model {model!r}: expected a path or None")
     path = Path(model).expanduser()
@@ -54,9 +67,9 @@ def resolve_model(model: str | Path | None, export_config: ExportConfig | None =
     from cellspec.export.config import ExportConfig
 
     config = export_config if export_config is not None else ExportConfig()
-    folder = cache_folder(path, config)
+    folder = cache_folder(path, config, draft)
     if not (folder / MANIFEST_NAME).is_file():
-        export_into(path, folder, config, progress)
+        export_into(path, folder, config, progress, draft)
     return folder
 
 
@@ -71,16 +84,23 @@ def cache_root() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "cellspec"
 
 
-def cache_folder(checkpoint: Path, config: ExportConfig) -> Path:
+def cache_folder(checkpoint: Path, config: ExportConfig, draft: Path | None = None) -> Path:
+    """`name-hash`, the hash over the checkpoint's (and draft's) path and files, the config and
+    the format version: any change gives a fresh export."""
     checkpoint = checkpoint.resolve()
-    files = sorted(checkpoint.iterdir()) if checkpoint.is_dir() else [checkpoint]
-    stamps = [(f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file()]
+    stamps = [_stamps(checkpoint)] + ([_stamps(draft.resolve())] if draft else [])
     key = repr((str(checkpoint), stamps, asdict(config), FORMAT_VERSION))
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_root() / f"{entry_name(checkpoint)}-{digest}"
 
 
-def export_into(checkpoint: Path, folder: Path, config: ExportConfig, progress: bool) -> None:
+def _stamps(path: Path) -> list[tuple[str, int, int]]:
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    return [(f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file()]
+
+
+def export_into(checkpoint: Path, folder: Path, config: ExportConfig, progress: bool,
+                draft: Path | None = None) -> None:
     """Export into `folder`, which another process may be filling at the same time; with
     `progress`, say on stderr what is happening and how long it takes."""
     from cellspec.export import export
@@ -92,7 +112,7 @@ def export_into(checkpoint: Path, folder: Path, config: ExportConfig, progress: 
         print(f"cellspec: exporting {entry_name(checkpoint)} into {shown(folder)} (one time, "
               f"~{estimate_export_seconds(checkpoint)} s)", file=sys.stderr, flush=True)
     try:
-        export(checkpoint, folder, config, progress=progress)
+        export(checkpoint, folder, config, progress=progress, draft=draft)
     except FileExistsError:  # fine when another process finished the same export first
         if not (folder / MANIFEST_NAME).is_file():
             raise

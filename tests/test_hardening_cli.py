@@ -76,7 +76,7 @@ def test_every_option_says_what_it_does_and_its_default():
 
 
 def test_backend_takes_only_the_known_backends(capsys):
-    from cellspec.runtime.engine import BACKENDS
+    from cellspec.runtime.backend import BACKENDS
 
     err = one_line_error(capsys, "generate", "hi", "--backend", "tpu")
     assert "invalid choice: 'tpu'" in err and all(b in err for b in BACKENDS)

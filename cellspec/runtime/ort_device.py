@@ -14,6 +14,7 @@ the taps, the proposals.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -148,8 +149,10 @@ class OrtDeviceBackend(Backend):
     target's logits when a step draws with a temperature."""
 
     def __init__(self, name: str, device, providers: list, limits: dict[str, int],
-                 policy: ShapePolicy, sampler: Path | None = None) -> None:
+                 policy: ShapePolicy, sampler: Path | None = None,
+                 attention: str = "as-exported") -> None:
         self.name, self.device, self.providers = name, device, providers
+        self.attention = attention  # how Attention nodes are rewritten: see _make_session
         self.limits, self.policy, self.sampler_path = limits, policy, sampler
         self.sampler: DeviceEngine | None = None
         self.cells = device.alloc(8 * limits["S"] * limits["Q"])
@@ -160,7 +163,8 @@ class OrtDeviceBackend(Backend):
         return self.policy
 
     def load_engine(self, path: Path) -> DeviceEngine:
-        return DeviceEngine(path, _make_session(path, self.providers), self.device, self.limits)
+        session = _make_session(path, self.providers, self.attention)
+        return DeviceEngine(path, session, self.device, self.limits)
 
     def make_pools(self, max_cells: int, layers: Sequence[LayerCache], dtype) -> DevicePools:
         itemsize = 2 if dtype is None else np.dtype(dtype).itemsize
@@ -268,9 +272,10 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     device = CudaDevice()
     providers = [("CUDAExecutionProvider", {"device_id": "0", "enable_cuda_graph": "1"})]
     sampler = folder / manifest.graphs["sample"] if "sample" in manifest.graphs else None
+    attention = os.environ.get("CELLSPEC_CUDA_ATTENTION", "cuda")
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
-                            sampler)
+                            sampler, attention)
 
 
 def _graph_key(feeds: dict[str, np.ndarray]) -> tuple:
@@ -309,7 +314,30 @@ def _check_placeable(path: Path, providers: list) -> None:
                                   "--dtype float16")
 
 
-def _make_session(path: Path, providers: list):
+ATTENTION_MODES = ("as-exported", "cuda", "decomposed")
+
+
+def _make_session(path: Path, providers: list, attention: str = "as-exported"):
+    """A session on `path`, its Attention nodes rewritten first (cellspec/rewrite.py) unless
+    `attention` is "as-exported": "cuda" gives each the form the CUDA provider has a kernel
+    for, "decomposed" standard ops. A rewritten graph is loaded from memory, its weights still
+    read from the artifact's weights.bin."""
+    if attention not in ATTENTION_MODES:
+        raise InvalidArgument(f"attention {attention!r}: expected one of {ATTENTION_MODES}")
+    if attention == "as-exported" or not path.is_file():
+        return _open_session(path, providers)
+    from cellspec.rewrite import attention_for_cuda, decompose_attention
+
+    model = onnx.load(str(path), load_external_data=False)
+    if not any(n.op_type == "Attention" for n in model.graph.node):
+        return _open_session(path, providers)
+    rewrite = attention_for_cuda if attention == "cuda" else decompose_attention
+    return _open_session(path, providers, rewrite(model).SerializeToString())
+
+
+def _open_session(path: Path, providers: list, serialized: bytes | None = None):
+    """A session on the graph at `path`, or on `serialized` (its rewrite) reading the weights
+    beside `path`."""
     import onnxruntime as ort
 
     if not path.is_file():
@@ -320,8 +348,11 @@ def _make_session(path: Path, providers: list):
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if providers != ["CPUExecutionProvider"]:  # every node on the device, or a refusal
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if serialized is not None:
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(path.parent))
     try:
-        return ort.InferenceSession(str(path), options, providers=providers,
+        return ort.InferenceSession(serialized or str(path), options, providers=providers,
                                     disabled_optimizers=DISABLED_OPTIMIZERS)
     except Exception as error:  # ORT's own error types; it names the nodes it could not place
         raise InvalidArtifact(f"{path}: ONNX Runtime cannot load it on {providers[0]}: "

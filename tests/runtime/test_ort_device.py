@@ -19,19 +19,23 @@ from .test_dflash_oracle import spec_decode
 from .test_executor import GREEDY, SAMPLED, decode, prompts, run_alone
 
 
-def host_backend(artifact, max_sessions):
+def host_backend(artifact, max_sessions, attention="as-exported"):
     manifest = Manifest.load(artifact)
     return OrtDeviceBackend("ort-host", HostDevice(), ["CPUExecutionProvider"],
                             device_limits(manifest, max_sessions), device_policy(manifest),
-                            artifact / manifest.graphs["sample"])
+                            artifact / manifest.graphs["sample"], attention)
 
 
+@pytest.mark.parametrize("attention", ["as-exported", "decomposed"])
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
-def test_bound_batch_equals_cpu_alone(tiny_artifact, sampling):
+def test_bound_batch_equals_cpu_alone(tiny_artifact, sampling, attention):
+    """Also with every Attention rewritten into standard ops (what ort-cuda runs for float32
+    graphs, sliding windows and draft blocks)."""
     cpu = Executor.load(tiny_artifact, max_sessions=8)
     texts = prompts(6, seed=3)
     alone = [run_alone(cpu, p, sampling, seed=20 + i, steps=10) for i, p in enumerate(texts)]
-    bound = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 8), max_sessions=8)
+    bound = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 8, attention),
+                          max_sessions=8)
     sids = [bound.open_session() for _ in texts]
     for i, sid in enumerate(sids):
         bound.set_sampling(sid, sampling, 20 + i)
@@ -77,7 +81,8 @@ def test_bound_speculation_equals_cpu_plain(dflash_artifact, sampling):
     plain = Executor.load(dflash_artifact, max_sessions=4)
     texts = prompts(3, seed=5)
     expected = [run_alone(plain, p, sampling, seed=7 + i, steps=16) for i, p in enumerate(texts)]
-    spec = DFlashExecutor.load(dflash_artifact, backend=host_backend(dflash_artifact, 4),
+    spec = DFlashExecutor.load(dflash_artifact,
+                               backend=host_backend(dflash_artifact, 4, "decomposed"),
                                max_sessions=4)
     sids = [spec.open_session() for _ in texts]
     for i, sid in enumerate(sids):

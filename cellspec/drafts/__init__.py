@@ -1,0 +1,15 @@
+"""Drafts shipped with cellspec: a DFlash draft (z-lab format) for the bundled
+SmolLM2-135M-Instruct, trained by self-distillation with tools/train_dflash.py (the recipe, data
+and measurements are in bench/NOTES.md). `LLM()` and `cellspec generate` on the bundled model
+export it with the target and speculate with it; `speculation=False` turns it off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SMOLLM2_DRAFT = Path(__file__).resolve().parent / "smollm2-135m-instruct"
+
+
+def bundled_draft() -> Path | None:
+    """The folder of the bundled model's draft, or None when this install has none."""
+    return SMOLLM2_DRAFT if (SMOLLM2_DRAFT / "config.json").is_file() else None

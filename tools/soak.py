@@ -1,0 +1,130 @@
+"""Soak: push a million tokens or more through `LLM.generate` on a tiny model, with random
+request mixes, and check that nothing leaks.
+
+Each round generates for a random batch of requests: random prompt lengths, max_tokens, stop
+strings, seeds, temperatures, and speculation on (a random DFlash draft) or off, some requests
+streamed and abandoned half way. Every round checks the cell accounting (no cell in use once
+the round's sessions are closed, the caches' invariants hold); the report gives tokens/s, the
+resident memory over time and the accounting at the end. Exits 1 on a leak.
+
+    python tools/soak.py [--tokens 1000000] [--seed 0] [--out soak.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+WORDS = ("the quick brown fox jumps over the lazy dog hello world what is the capital of France "
+         "Paris naïve café 日本語 emoji 🙂").split()
+
+
+def make_models(root: Path) -> tuple[Path, Path]:
+    """A tiny chat model (tests/tiny_chat.py) exported plain and with a random DFlash draft."""
+    from cellspec.export import ExportConfig, export
+    from tests.reference.zlab_draft import write_random_draft
+    from tests.tiny_chat import save_checkpoint
+
+    checkpoint = save_checkpoint(root / "checkpoint")
+    config = ExportConfig(static_widths=(1, 2, 4, 8), dynamic_width=32, max_context=256,
+                          max_cells=4096)
+    plain = root / "plain"
+    export(checkpoint, plain, config, progress=False)
+    vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
+    draft = write_random_draft(root / "draft", hidden=64, vocab=vocab, num_target_layers=2,
+                               taps=[0, 1], block_size=5, mask_token_id=3)
+    spec = root / "spec"
+    export(checkpoint, spec, config, progress=False, draft=draft)
+    return plain, spec
+
+
+def random_requests(rng: np.random.Generator, count: int):
+    from cellspec.llm import SamplingParams
+
+    prompts, params = [], []
+    for _ in range(count):
+        prompts.append(" ".join(rng.choice(WORDS, int(rng.integers(1, 40)))))
+        stop = [str(rng.choice(WORDS))] if rng.random() < 0.3 else []
+        hot = rng.random() < 0.6
+        params.append(SamplingParams(
+            temperature=float(rng.uniform(0.3, 1.5)) if hot else 0.0,
+            top_p=float(rng.uniform(0.5, 1.0)), top_k=int(rng.integers(0, 50)),
+            max_tokens=int(rng.integers(1, 160)), stop=stop,
+            seed=int(rng.integers(0, 2**32)), ignore_eos=bool(rng.random() < 0.5)))
+    return prompts, params
+
+
+def check_accounting(llm) -> dict:
+    """Every session closed, every cell free, the caches' invariants intact."""
+    executor = llm.executor
+    executor.cache.check()
+    draft = getattr(executor, "draft", None)
+    if draft is not None:
+        draft.cache.check()
+    return {"sessions_open": len(executor.sessions), "cells_used": executor.cache.num_used,
+            "draft_cells_used": draft.cache.num_used if draft is not None else 0}
+
+
+def soak(args) -> dict:
+    from cellspec.llm import LLM
+
+    rng = np.random.default_rng(args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, spec = make_models(Path(tmp))
+        llms = {False: LLM(plain, max_sessions=8), True: LLM(spec, max_sessions=8)}
+        tokens, rounds, memory, leaks = 0, 0, [], []
+        start = time.perf_counter()
+        while tokens < args.tokens:
+            speculation = bool(rng.random() < 0.5)
+            llm = llms[speculation]
+            prompts, params = random_requests(rng, int(rng.integers(1, 13)))
+            if rng.random() < 0.1:  # a stream abandoned half way closes its session
+                stream = llm.stream(prompts[0], params[0])
+                for _ in zip(range(int(rng.integers(1, 5))), stream):
+                    pass
+                stream.close()
+            outputs = llm.generate(prompts, params)
+            tokens += sum(len(o.token_ids) for o in outputs)
+            rounds += 1
+            accounting = check_accounting(llm)
+            if any(accounting.values()):
+                leaks.append({"round": rounds, **accounting})
+            if rounds % 50 == 0:
+                rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                memory.append({"tokens": tokens, "seconds": time.perf_counter() - start,
+                               "max_rss_mb": rss})
+                print(f"{tokens:9d} tokens, {tokens / memory[-1]['seconds']:7.0f} tok/s, "
+                      f"max RSS {rss:.0f} MB", flush=True)
+        seconds = time.perf_counter() - start
+        return {"tokens": tokens, "rounds": rounds, "seconds": seconds,
+                "tokens_per_s": tokens / seconds, "memory": memory, "leaks": leaks,
+                "final": {str(k): check_accounting(v) for k, v in llms.items()},
+                "dflash": {"cycles": llms[True].executor.stats.cycles,
+                           "tau": llms[True].executor.stats.tau}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=1_000_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    report = soak(args)
+    print(json.dumps({k: v for k, v in report.items() if k != "memory"}, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    sys.exit(1 if report["leaks"] else 0)
+
+
+if __name__ == "__main__":
+    main()
