@@ -21,7 +21,7 @@ import numpy as np
 
 from cellspec import artifact as names
 from cellspec.artifact import LayerCache, Manifest
-from cellspec.errors import InvalidArgument
+from cellspec.errors import InvalidArgument, InvalidArtifact
 from cellspec.runtime.draws import Draws
 from cellspec.runtime.planner import ShapePolicy
 
@@ -45,20 +45,44 @@ class Engine:
 
 
 class Pools:
-    """The key and value pools of one cell cache, owned by a backend."""
+    """Row pools of one cell cache, owned by a backend: each [max_cells, width], filled from one
+    graph output at the cells a step writes. The KV pools: `k_pool.i` from `k_new.i` and
+    `v_pool.i` from `v_new.i` for every layer (bound as inputs where a graph reads them); the
+    taps pool: `taps_pool` from `taps` (gathered by cell into the draft's context)."""
 
-    def __init__(self, layers: Sequence[LayerCache]) -> None:
-        self.layers = tuple(layers)
+    def __init__(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int) -> None:
+        self.max_cells, self.pairs, self.width = max_cells, tuple(pairs), width
 
     @property
     def names(self) -> list[str]:
-        """The pool inputs of every layer: k_pool.0, v_pool.0, k_pool.1, ..."""
-        return [pool(i) for i in range(len(self.layers)) for pool in (names.k_pool, names.v_pool)]
+        return [pool for pool, _ in self.pairs]
 
     @property
     def new_names(self) -> list[str]:
-        """The graph outputs a writing step commits: k_new.0, v_new.0, ..."""
-        return [new(i) for i in range(len(self.layers)) for new in (names.k_new, names.v_new)]
+        return [new for _, new in self.pairs]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.max_cells, self.width)
+
+
+def kv_pairs(num_layers: int) -> list[tuple[str, str]]:
+    """(k_pool.0, k_new.0), (v_pool.0, v_new.0), (k_pool.1, k_new.1), ..."""
+    return [(pool(i), new(i)) for i in range(num_layers)
+            for pool, new in ((names.k_pool, names.k_new), (names.v_pool, names.v_new))]
+
+
+TAPS_POOL = "taps_pool"
+
+
+@dataclass(frozen=True)
+class Gather:
+    """Feed input `name` with rows of a pool: `pools`' `pool` at `cells` [S, Q]."""
+
+    name: str
+    pools: Pools
+    pool: str
+    cells: np.ndarray
 
 
 class Backend(ABC):
@@ -68,18 +92,30 @@ class Backend(ABC):
     def load_engine(self, path: Path) -> Engine: ...
 
     @abstractmethod
-    def make_pools(self, max_cells: int, layers: Sequence[LayerCache], dtype: type) -> Pools:
-        """Zeroed pools for a cache of `max_cells` cells."""
+    def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
+                   dtype: type) -> Pools:
+        """Zeroed row pools (`Pools`) for a cache of `max_cells` cells."""
 
     @abstractmethod
-    def run(self, engine: Engine, pools: Pools, feeds: dict[str, np.ndarray],
+    def run(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
             outputs: list[str], cells: np.ndarray | None = None,
-            draws: Draws | None = None, static: bool = False) -> dict[str, np.ndarray]:
-        """Run `engine` on host `feeds`, the pools bound where it reads them; with `cells`
-        ([S, Q], the plan's), commit the step's k_new/v_new there. With `draws` (one per
-        logits row), draw each row's token where the logits are: `DRAWN` [R] holds them.
-        `static`: the feeds have a static shape of the policy (a backend may capture and
-        replay it). Returns host `outputs` (and DRAWN)."""
+            draws: Draws | None = None, static: bool = False,
+            gather: Gather | None = None) -> dict[str, np.ndarray]:
+        """Run `engine` on host `feeds`, every pool bound where it reads it; with `cells`
+        ([S, Q], the plan's), commit each pool's output there. With `draws` (one per logits
+        row), draw each row's token where the logits are: `DRAWN` [R] holds them. `static`:
+        the feeds have a static shape of the policy (a backend may capture and replay it).
+        `gather` feeds one input from a pool's rows, where the pool is. Returns host `outputs`
+        (and DRAWN)."""
+
+    def make_kv_pools(self, max_cells: int, layers: Sequence[LayerCache], dtype: type
+                      ) -> Pools:
+        """A cache's key and value pools, [max_cells, KV * D] per layer."""
+        widths = {layer.row_width for layer in layers}
+        if len(widths) != 1:
+            raise InvalidArtifact(f"pools of widths {sorted(widths)}: every layer of a cache "
+                                  "must have the same kv heads and head dim")
+        return self.make_pools(max_cells, kv_pairs(len(layers)), widths.pop(), dtype)
 
     def shape_policy(self, manifest: Manifest) -> ShapePolicy:
         """How steps are padded: exact shapes unless the backend replays static ones."""

@@ -32,6 +32,20 @@ extern "C" __global__ void commit_rows(const unsigned long long* pools,
         for (int i = threadIdx.x; i < row_bytes; i += blockDim.x) dst[i] = src[i];
     }
 }
+
+// dst[t] = pool[cells[t]]: the rows of one pool a step reads (the draft's context from taps).
+extern "C" __global__ void gather_rows(char* dst, const char* pool, const long long* cells,
+                                       int row_bytes) {
+    const long long t = blockIdx.x;
+    const char* src = pool + cells[t] * (long long)row_bytes;
+    char* out = dst + t * (long long)row_bytes;
+    if (row_bytes % 16 == 0) {
+        for (int i = threadIdx.x; i < row_bytes / 16; i += blockDim.x)
+            ((uint4*)out)[i] = ((const uint4*)src)[i];
+    } else {
+        for (int i = threadIdx.x; i < row_bytes; i += blockDim.x) out[i] = src[i];
+    }
+}
 """
 
 
@@ -82,6 +96,13 @@ class HostDevice:
             for t, cell in enumerate(rows.tolist()):
                 self._bytes(pool + cell * row_bytes, row_bytes)[:] = source[t]
 
+    def gather(self, dst: Buffer, pool: Buffer, cells: Buffer, count: int,
+               row_bytes: int) -> None:
+        rows = self._bytes(cells.ptr, 8 * count).view(np.int64)
+        for t, cell in enumerate(rows.tolist()):
+            self._bytes(dst.ptr + t * row_bytes, row_bytes)[:] = \
+                self._bytes(pool.ptr + cell * row_bytes, row_bytes)
+
     def _bytes(self, ptr: int, nbytes: int) -> np.ndarray:
         for base, array in self.arrays.items():
             if base <= ptr and ptr + nbytes <= base + array.size:
@@ -108,7 +129,7 @@ class CudaDevice:
         self.context.push()
         self.cuda = cuda
         self.stream = cuda.Stream()
-        self._commit_kernel = None
+        self._commit_kernel = self._gather_kernel = None
 
     def alloc(self, nbytes: int) -> Buffer:
         allocation = self.cuda.mem_alloc(max(nbytes, 1))
@@ -137,15 +158,27 @@ class CudaDevice:
         """pool[cells[t]] = new[t] for every pair of the pointer tables, on the stream."""
         if count == 0:
             return
-        kernel = self._commit_kernel or self._compile()
+        kernel = self._compile()
         pairs = pools.nbytes // 8
         kernel(np.uintp(pools.ptr), np.uintp(news.ptr), np.uintp(cells.ptr),
                np.int32(row_bytes), block=(min(128, max(32, row_bytes // 16)), 1, 1),
                grid=(count, pairs), stream=self.stream)
 
-    def _compile(self):
-        from pycuda.compiler import SourceModule
+    def gather(self, dst: Buffer, pool: Buffer, cells: Buffer, count: int,
+               row_bytes: int) -> None:
+        """dst[t] = pool[cells[t]] for t < count, on the stream."""
+        if count == 0:
+            return
+        self._compile()
+        self._gather_kernel(np.uintp(dst.ptr), np.uintp(pool.ptr), np.uintp(cells.ptr),
+                            np.int32(row_bytes), block=(min(128, max(32, row_bytes // 16)), 1, 1),
+                            grid=(count, 1), stream=self.stream)
 
-        module = SourceModule(_COMMIT_SOURCE, no_extern_c=True, options=["-O3"])
-        self._commit_kernel = module.get_function("commit_rows")
+    def _compile(self):
+        if self._commit_kernel is None:
+            from pycuda.compiler import SourceModule
+
+            module = SourceModule(_COMMIT_SOURCE, no_extern_c=True, options=["-O3"])
+            self._commit_kernel = module.get_function("commit_rows")
+            self._gather_kernel = module.get_function("gather_rows")
         return self._commit_kernel

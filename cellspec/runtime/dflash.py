@@ -1,9 +1,10 @@
 """The DFlash executor: speculate-verify cycles on top of the batching executor.
 
 It is an `Executor` with a draft: every session carries a `DraftState` (the pending token,
-emitted and not yet fed to the target, and the hidden rows (taps) of verified tokens not yet
-drained into the draft cache: the draft cache holds positions 0..d-1, the hidden rows positions
-d..frontier-1). An input that is exactly the pending token at the frontier takes the fast path:
+emitted and not yet fed to the target). The draft cache holds positions 0..d-1 of a session;
+the taps of positions d..frontier-1 wait in the target's taps pool, in their tokens' cells,
+until a cycle drains them into the draft cache. An input that is exactly the pending token at
+the frontier takes the fast path:
 one cycle (drain, draft, verify, commit accepted + 1) instead of a plain step. Any other input
 runs a plain target step. Target tokens are drawn with the uniform of their position, so the
 text equals plain decoding's at any temperature.
@@ -75,7 +76,7 @@ class DFlashExecutor(Executor):
         draft = None if proposer else DraftModel(folder, manifest, engines)
         return cls(*parts, draft=draft, proposer=proposer, n_draft=n_draft)
 
-    # -- session hooks: the draft cache and the hidden rows follow the target --------------
+    # -- session hooks: the draft cache follows the target ---------------------------------
 
     def _opened(self, session: Session) -> None:
         session.draft = DraftState()
@@ -87,19 +88,19 @@ class DFlashExecutor(Executor):
             self.draft.cache.seq_rm(sid)
 
     def _cloned(self, source: Session, clone: Session, upto: int) -> None:
-        drained = self.draft.cache.pos(source.sid) if self.draft else 0
-        clone.draft = DraftState(None, source.draft.hidden[: max(0, upto - drained)])
+        """The clone shares the target cells (and so the taps) below `upto`, and the source's
+        drained draft cells below it."""
+        clone.draft = DraftState()
         if self.draft:
+            drained = self.draft.cache.pos(source.sid)
             self.draft.cache.seq_clone(source.sid, clone.sid, min(upto, drained))
 
     def _rewound(self, sid: int, pos: int) -> None:
-        """Forget what the draft cache and the hidden rows hold at positions >= pos."""
-        state = self.sessions.sessions[sid].draft
-        drained = self.draft.cache.pos(sid) if self.draft else 0
-        if self.draft and pos < drained:
+        """Forget what the draft cache holds at positions >= pos (taps left in freed cells are
+        never read)."""
+        if self.draft and pos < self.draft.cache.pos(sid):
             self.draft.cache.rewind(sid, pos)
-        del state.hidden[max(0, pos - drained):]
-        state.pending = None
+        self.sessions.sessions[sid].draft.pending = None
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -130,11 +131,8 @@ class DFlashExecutor(Executor):
     def _plain(self, items: list[BatchInput]) -> list[Output | None]:
         step = self.pack(items)
         result = self.run_packed(step)
-        offset = 0
         for item in step.batch:
-            self._keep_hidden(item.sid, result.taps, offset, len(item.tokens))
             self._state(item.sid).pending = None
-            offset += len(item.tokens)
         outputs = self.make_outputs(step, result)
         for out in outputs:
             if out is not None:
@@ -163,7 +161,6 @@ class DFlashExecutor(Executor):
             burst = (*(int(t) for t in proposals[owner][:accepted]), int(drawn[accepted]))
             # commit anchor + accepted proposals; the rejected tail leaves the target cache
             self.cache.rewind(request.sid, request.position + accepted + 1)
-            self._keep_hidden(request.sid, result.taps, owner * width, accepted + 1)
             self._state(request.sid).pending = burst[-1]
             self._count(accepted)
             bursts.append(burst)
@@ -182,15 +179,14 @@ class DFlashExecutor(Executor):
         self.stats.bonus += accepted == self.n_draft
 
     def _drain(self, sids: list[int]) -> None:
-        """Push every owner's undrained hidden rows through draft_context in one call."""
-        owners = [sid for sid in sids if self._state(sid).hidden] if self.draft else []
-        if not owners:
+        """Push every owner's undrained positions (draft frontier .. target frontier) through
+        draft_context in one call, their taps gathered by cell from the target's taps pool."""
+        if not self.draft:
             return
-        rows = [np.stack(self._state(sid).hidden) for sid in owners]
-        self.draft.drain(np.repeat(owners, [len(r) for r in rows]), np.concatenate(rows))
-        for sid in owners:
-            self._state(sid).hidden.clear()
-
-    def _keep_hidden(self, sid: int, taps: np.ndarray | None, offset: int, count: int) -> None:
-        if self.draft and taps is not None:
-            self._state(sid).hidden.extend(taps[offset: offset + count])
+        runs = [(sid, self.draft.cache.pos(sid), self.cache.pos(sid)) for sid in sids]
+        runs = [(sid, start, end) for sid, start, end in runs if start < end]
+        if not runs:
+            return
+        seq_ids = np.concatenate([np.full(end - start, sid) for sid, start, end in runs])
+        cells = np.concatenate([self.cache.cells_of(sid)[start:end] for sid, start, end in runs])
+        self.draft.drain(seq_ids.astype(np.int64), cells, self.target.taps)

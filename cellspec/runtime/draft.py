@@ -1,7 +1,8 @@
 """The DFlash draft over a backend: its own cell cache and pools, drain and propose.
 
-`drain` pushes verified tokens' target hidden states (taps) through `draft_context`; the backend
-commits the resulting keys/values into the draft pools. `propose` runs `draft_block` on
+`drain` pushes verified tokens' target hidden states (taps, gathered by cell from the target's
+taps pool where the backend keeps it) through `draft_context`; the backend commits the resulting
+keys/values into the draft pools. `propose` runs `draft_block` on
 [anchor, mask...] blocks of up to `max_owners` sessions per call and takes each block's argmax
 rows 1..n_draft (the graph's `proposals`).
 """
@@ -18,7 +19,7 @@ import numpy as np
 from cellspec import artifact as names
 from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArtifact
-from cellspec.runtime.backend import Backend
+from cellspec.runtime.backend import TAPS_POOL, Backend, Gather, Pools
 from cellspec.runtime.cell_cache import PAD_SEQ, CellCache
 from cellspec.runtime.planner import plan_pieces
 from cellspec.runtime.target import MethodStats, check_pools
@@ -39,23 +40,25 @@ class DraftModel:
         self.block = backend.load_engine(folder / self.method.block_graph)
         check_draft_graphs(manifest, self.context.outputs, self.block)
         self.cache = CellCache(manifest.max_cells)
-        self.pools = backend.make_pools(manifest.max_cells, manifest.draft_cache,
-                                        self.block.inputs[names.k_pool(0)].dtype)
+        self.pools = backend.make_kv_pools(manifest.max_cells, manifest.draft_cache,
+                                           self.block.inputs[names.k_pool(0)].dtype)
         self.policy = backend.shape_policy(manifest)
         self.max_width = manifest.max_step_width
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
 
-    def drain(self, seq_ids: np.ndarray, hidden: np.ndarray) -> None:
-        """Commit the context keys/values of hidden [C, n_taps * hidden] rows, one contiguous
-        run per sequence continuing from its draft frontier."""
+    def drain(self, seq_ids: np.ndarray, cells: np.ndarray, taps: Pools) -> None:
+        """Commit the context keys/values of the target tokens in `cells` [C] (whose taps are
+        in the target's `taps` pool), one contiguous run per sequence continuing from its
+        draft frontier."""
         starts = np.flatnonzero(np.r_[True, seq_ids[1:] != seq_ids[:-1]])
         lengths = np.diff(np.r_[starts, seq_ids.size])
         for piece in plan_pieces(lengths.tolist(), self.max_width):
             index = np.stack([starts[c.run] + c.start + np.arange(piece.width)
                               for c in piece.chunks])  # [S, Q]
             plan = self.cache.declare_step(seq_ids[index[:, 0]], [piece.width] * len(index))
-            feeds = {names.HIDDEN: hidden[index], names.POSITIONS: plan.positions}
-            self._run(self.context, "draft_context", int(index.size), feeds, [], plan.cells)
+            hidden = Gather(names.HIDDEN, taps, TAPS_POOL, cells[index])
+            self._run(self.context, "draft_context", int(index.size),
+                      {names.POSITIONS: plan.positions}, [], plan.cells, gather=hidden)
             self.cache.commit_step(plan)
 
     def propose(self, requests: list[ProposalRequest], n_draft: int) -> np.ndarray:
@@ -84,9 +87,11 @@ class DraftModel:
         return out[names.PROPOSALS][:count, 1: n_draft + 1].astype(np.int64)
 
     def _run(self, engine, method: str, count: int, feeds: dict, outputs: list[str],
-             cells: np.ndarray | None = None, static: bool = False) -> dict:
+             cells: np.ndarray | None = None, static: bool = False,
+             gather: Gather | None = None) -> dict:
         start = time.perf_counter()
-        out = self.backend.run(engine, self.pools, feeds, outputs, cells, static=static)
+        out = self.backend.run(engine, [self.pools], feeds, outputs, cells, static=static,
+                               gather=gather)
         stats = self.stats[method]
         stats.calls += 1
         stats.tokens += count

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cellspec.artifact import LOGITS, LayerCache
+from cellspec.artifact import LOGITS
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
-from cellspec.runtime.backend import Backend, Engine, Pools, TensorSpec
+from cellspec.runtime.backend import Backend, Engine, Gather, Pools, TensorSpec
 from cellspec.runtime.draws import DRAWN, Draws, draw_on_host
 
 _ORT_TYPES = {
@@ -58,25 +58,24 @@ class OrtCpuEngine(Engine):
 
 
 class HostPools(Pools):
-    """numpy pools, [max_cells, KV * D] per layer, fed to every engine that reads them."""
+    """numpy row pools, fed to every engine that reads them."""
 
-    def __init__(self, max_cells: int, layers: Sequence[LayerCache], dtype: type) -> None:
-        super().__init__(layers)
-        size = sum(2 * max_cells * c.row_width for c in layers) * np.dtype(dtype).itemsize
+    def __init__(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
+                 dtype: type) -> None:
+        super().__init__(max_cells, pairs, width)
+        size = len(self.pairs) * max_cells * width * np.dtype(dtype).itemsize
         try:
-            self.arrays = {name: np.zeros((max_cells, layer.row_width), dtype=dtype)
-                           for layer, pair in zip(layers, _pairs(self.names)) for name in pair}
+            self.arrays = {name: np.zeros((max_cells, width), dtype=dtype) for name in self.names}
         except MemoryError as error:
-            raise InvalidArgument(f"the KV pools of {max_cells} cells need {size / 2**30:.1f} "
-                                  "GiB, more than this host can allocate: export with a "
-                                  "smaller --max-cells") from error
+            raise InvalidArgument(f"pools of {max_cells} cells need {size / 2**30:.1f} GiB, more "
+                                  "than this host can allocate: export with a smaller "
+                                  "--max-cells") from error
 
     def commit(self, cells: np.ndarray, out: dict[str, np.ndarray]) -> None:
-        """pool[cells[s, q]] = new[s, q] for every layer; padding lands in the scratch cell."""
+        """pool[cells[s, q]] = new[s, q] for every pool; padding lands in the scratch cell."""
         flat = cells.reshape(-1)
-        for pool, new in zip(self.names, self.new_names):
-            values = out[new]
-            self.arrays[pool][flat] = values.reshape(flat.size, values.shape[-1])
+        for pool, new in self.pairs:
+            self.arrays[pool][flat] = out[new].reshape(flat.size, self.width)
 
 
 class OrtCpuBackend(Backend):
@@ -88,27 +87,28 @@ class OrtCpuBackend(Backend):
     def load_engine(self, path: Path) -> OrtCpuEngine:
         return OrtCpuEngine(path, self.threads)
 
-    def make_pools(self, max_cells: int, layers: Sequence[LayerCache], dtype: type) -> HostPools:
-        return HostPools(max_cells, layers, dtype)
+    def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
+                   dtype: type) -> HostPools:
+        return HostPools(max_cells, pairs, width, dtype)
 
-    def run(self, engine: Engine, pools: Pools, feeds: dict[str, np.ndarray],
+    def run(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
             outputs: list[str], cells: np.ndarray | None = None,
-            draws: Draws | None = None, static: bool = False) -> dict[str, np.ndarray]:
-        assert isinstance(engine, OrtCpuEngine) and isinstance(pools, HostPools)
-        bound = {name: array for name, array in pools.arrays.items() if name in engine.inputs}
+            draws: Draws | None = None, static: bool = False,
+            gather: Gather | None = None) -> dict[str, np.ndarray]:
+        assert isinstance(engine, OrtCpuEngine) and all(isinstance(p, HostPools) for p in pools)
+        bound = {name: array for p in pools for name, array in p.arrays.items()
+                 if name in engine.inputs}
+        if gather is not None:
+            bound[gather.name] = gather.pools.arrays[gather.pool][gather.cells]
         logits = [LOGITS] if draws is not None and LOGITS not in outputs else []
-        wanted = outputs + logits + (pools.new_names if cells is not None else [])
-        out = engine.run({**feeds, **bound}, wanted)
-        if cells is not None:
-            pools.commit(cells, out)
+        committed = [n for p in pools for n in p.new_names] if cells is not None else []
+        out = engine.run({**feeds, **bound}, list(dict.fromkeys(outputs + logits + committed)))
+        for p in pools if cells is not None else ():
+            p.commit(cells, out)
         result = {name: out[name] for name in outputs}
         if draws is not None:  # the logits are on the host already: draw here
             result[DRAWN] = draw_on_host(out[LOGITS], draws)
         return result
-
-
-def _pairs(items: list[str]) -> list[tuple[str, str]]:
-    return list(zip(items[::2], items[1::2]))
 
 
 def _spec(arg) -> TensorSpec:

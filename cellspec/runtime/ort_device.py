@@ -25,9 +25,9 @@ import onnx
 from onnx import TensorProto
 
 from cellspec import artifact as names
-from cellspec.artifact import LayerCache, Manifest
+from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
-from cellspec.runtime.backend import Backend, Engine, Pools, TensorSpec
+from cellspec.runtime.backend import Backend, Engine, Gather, Pools, TensorSpec
 from cellspec.runtime.bindings import GraphIds, shape_of, step_dims
 from cellspec.runtime.device import Buffer
 from cellspec.runtime.draws import DRAWN, Draws
@@ -116,15 +116,12 @@ class DeviceEngine(Engine):
 
 
 class DevicePools(Pools):
-    """Pools [max_cells, KV * D] per layer in device buffers, zeroed."""
+    """Row pools in device buffers, zeroed."""
 
-    def __init__(self, device, max_cells: int, layers: Sequence[LayerCache], itemsize: int):
-        super().__init__(layers)
-        self.device, self.max_cells = device, max_cells
-        self.row_bytes = layers[0].row_width * itemsize
-        if any(c.row_width != layers[0].row_width for c in layers):
-            raise InvalidArtifact("pools of different widths per layer are not supported")
-        self.shape = (max_cells, layers[0].row_width)
+    def __init__(self, device, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
+                 itemsize: int) -> None:
+        super().__init__(max_cells, pairs, width)
+        self.device, self.row_bytes = device, width * itemsize
         self.buffers = {name: device.alloc(max_cells * self.row_bytes) for name in self.names}
         self.tables: dict[int, tuple[Buffer, Buffer]] = {}  # engine id -> pointer tables
 
@@ -157,6 +154,8 @@ class OrtDeviceBackend(Backend):
         self.sampler: DeviceEngine | None = None
         self.cells = device.alloc(8 * limits["S"] * limits["Q"])
         self.cells_staging = device.pinned(8 * limits["S"] * limits["Q"])
+        self.gather_cells = device.alloc(8 * limits["S"] * limits["Q"])
+        self.gather_staging = device.pinned(8 * limits["S"] * limits["Q"])
         self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, all runs
 
     def shape_policy(self, manifest: Manifest) -> ShapePolicy:
@@ -166,38 +165,61 @@ class OrtDeviceBackend(Backend):
         session = _make_session(path, self.providers, self.attention)
         return DeviceEngine(path, session, self.device, self.limits)
 
-    def make_pools(self, max_cells: int, layers: Sequence[LayerCache], dtype) -> DevicePools:
+    def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
+                   dtype) -> DevicePools:
         itemsize = 2 if dtype is None else np.dtype(dtype).itemsize
-        return DevicePools(self.device, max_cells, layers, itemsize)
+        return DevicePools(self.device, max_cells, pairs, width, itemsize)
 
-    def run(self, engine: Engine, pools: Pools, feeds: dict[str, np.ndarray],
+    def run(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
             outputs: list[str], cells: np.ndarray | None = None,
-            draws: Draws | None = None, static: bool = False) -> dict[str, np.ndarray]:
-        assert isinstance(engine, DeviceEngine) and isinstance(pools, DevicePools)
+            draws: Draws | None = None, static: bool = False,
+            gather: Gather | None = None) -> dict[str, np.ndarray]:
+        assert isinstance(engine, DeviceEngine)
+        assert all(isinstance(p, DevicePools) for p in pools)
         clock = _Clock(self.timings)
         dims = engine.stage(feeds)
-        for name in pools.names:
-            if name in engine.inputs:
-                engine.bind_external(name, pools.shape, pools.buffers[name].ptr)
+        for p in pools:
+            for name in p.names:
+                if name in engine.inputs:
+                    engine.bind_external(name, p.shape, p.buffers[name].ptr)
+        if gather is not None:  # pool rows into the input's buffer, device to device
+            dims |= self._gather(engine, gather)
         if cells is not None:  # staged before the run: one synchronize covers both
             self._stage_cells(cells)
-        wanted = list(outputs) + (pools.new_names if cells is not None else [])
+        wanted = list(outputs) + ([n for p in pools for n in p.new_names]
+                                  if cells is not None else [])
         if draws is not None:
             wanted.append(names.GREEDY if draws.is_greedy else names.LOGITS)
         engine.bind_outputs(dims, list(dict.fromkeys(wanted)))
         clock.lap("stage")
         engine.run(_graph_key(feeds) if static else None)
         clock.lap("run")
-        if cells is not None:
-            pool_table, new_table = pools.tables_for(engine)
-            self.device.commit(pool_table, new_table, self.cells, cells.size, pools.row_bytes)
-            clock.lap("commit")
+        for p in pools if cells is not None else ():
+            pool_table, new_table = p.tables_for(engine)
+            self.device.commit(pool_table, new_table, self.cells, cells.size, p.row_bytes)
+        clock.lap("commit")
         result = {name: engine.fetch(name, dims) for name in outputs}
         clock.lap("fetch")
         if draws is not None:
             result[DRAWN] = self._draw(engine, dims, draws, static)
             clock.lap("draw")
         return result
+
+    def _gather(self, engine: DeviceEngine, gather: Gather) -> dict[str, int]:
+        """Fill `gather.name`'s buffer with the pool's rows at `gather.cells` [S, Q]; bind it
+        [S, Q, width] and return its dims."""
+        pools = gather.pools
+        assert isinstance(pools, DevicePools)
+        flat = np.ascontiguousarray(gather.cells.reshape(-1), dtype=np.int64).view(np.uint8)
+        staged = self.gather_staging[: flat.size]
+        staged[:] = flat
+        self.device.upload(self.gather_cells, staged)
+        self.device.gather(engine.buffers[gather.name], pools.buffers[gather.pool],
+                           self.gather_cells, gather.cells.size, pools.row_bytes)
+        shape = (*gather.cells.shape, pools.width)
+        engine.bind_external(gather.name, shape, engine.buffers[gather.name].ptr)
+        return step_dims({gather.name: engine.inputs[gather.name].shape},
+                         {gather.name: shape})
 
     def _stage_cells(self, cells: np.ndarray) -> None:
         flat = np.ascontiguousarray(cells.reshape(-1), dtype=np.int64).view(np.uint8)

@@ -2,13 +2,13 @@
 
 A session's frontier (next position) is the cell cache's `pos(sid)`; the `Session` keeps the
 rest: sampling parameters, seed, whether a failed step poisoned it, and, under speculation, its
-draft state (the pending token and the hidden rows not yet drained into the draft cache).
+draft state (the pending token).
 """
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,11 +20,10 @@ MAX_SEED = 2**64 - 1  # uniforms mix the seed as a 64-bit word: larger seeds wou
 
 @dataclass
 class DraftState:
-    """DFlash per-session state: the draft cache holds positions 0..d-1; `hidden` holds the
-    target's taps of positions d..frontier-1, one row each, not yet drained."""
+    """DFlash per-session state (the draft cache holds positions 0..d-1; the taps of positions
+    d..frontier-1 wait in the target's taps pool, in their cells)."""
 
     pending: int | None = None  # emitted, not yet fed to the target: the next anchor
-    hidden: list[np.ndarray] = field(default_factory=list)
 
 
 @dataclass

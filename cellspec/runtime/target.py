@@ -20,7 +20,7 @@ import numpy as np
 from cellspec import artifact as names
 from cellspec.artifact import LayerCache, Manifest
 from cellspec.errors import InvalidArtifact
-from cellspec.runtime.backend import Backend, Engine, TensorSpec
+from cellspec.runtime.backend import TAPS_POOL, Backend, Engine, TensorSpec
 from cellspec.runtime.cell_cache import PAD_SEQ, CellCache, StepPlan
 from cellspec.runtime.draws import DRAWN, Draws, make_draws
 from cellspec.runtime.planner import Piece, PieceShape, plan_pieces
@@ -33,7 +33,6 @@ class ForwardResult:
 
     tokens: np.ndarray | None  # [R] int64
     logits: np.ndarray | None  # [R, V] float32
-    taps: np.ndarray | None  # [T, n_taps * hidden], one row per packed token
 
 
 @dataclass
@@ -49,11 +48,17 @@ class TargetModel:
         self.engine = backend.load_engine(folder / manifest.target.graph)
         check_target_graph(manifest, self.engine)
         self.cache = CellCache(manifest.max_cells, manifest.window)
-        self.pools = backend.make_pools(manifest.max_cells, manifest.target_cache,
-                                        self.engine.inputs[names.k_pool(0)].dtype)
+        dtype = self.engine.inputs[names.k_pool(0)].dtype
+        self.pools = backend.make_kv_pools(manifest.max_cells, manifest.target_cache, dtype)
+        # with a draft, each token's taps stay in a pool by its cell, as its keys do: the
+        # draft gathers them from there (DraftModel.drain), no step hands them around
+        self.taps = None
+        if manifest.target.tap_layer_ids:
+            width = len(manifest.target.tap_layer_ids) * manifest.model.hidden_size
+            self.taps = backend.make_pools(manifest.max_cells, [(TAPS_POOL, names.TAPS)], width,
+                                           dtype)
         self.policy = backend.shape_policy(manifest)
         self.max_width = manifest.max_step_width
-        self.has_taps = bool(manifest.target.tap_layer_ids)
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
 
     @property
@@ -71,7 +76,6 @@ class TargetModel:
         rows = logit_indices.size
         logits = None if draws is not None else np.empty((rows, self.vocab_size), np.float32)
         drawn = np.empty(rows, np.int64) if draws is not None else None
-        taps = None
         slot = np.full(seq_ids.size, -1, dtype=np.int64)  # token -> row-major slot in a piece
         for piece in plan_pieces(lengths.tolist(), self.max_width):
             index = np.stack([starts[c.run] + c.start + np.arange(piece.width)
@@ -88,12 +92,7 @@ class TargetModel:
                 drawn[here] = out[DRAWN]
             else:
                 logits[here] = out[names.LOGITS]
-            if self.has_taps:
-                width = out[names.TAPS].shape[-1]
-                taps = np.empty((seq_ids.size, width), out[names.TAPS].dtype) \
-                    if taps is None else taps
-                taps[index] = out[names.TAPS][: index.shape[0], : piece.width]
-        return ForwardResult(drawn, logits, taps)
+        return ForwardResult(drawn, logits)
 
     def _plan(self, piece: Piece, seqs: np.ndarray) -> tuple[StepPlan, PieceShape]:
         rows = len(piece.chunks)
@@ -120,9 +119,9 @@ class TargetModel:
         if plan.attn_mask_window is not None:
             feeds[names.ATTN_MASK_WINDOW] = plan.attn_mask_window
         start = time.perf_counter()
-        outputs = ([] if draws is not None else [names.LOGITS]) + (
-            [names.TAPS] if self.has_taps else [])
-        out = self.backend.run(self.engine, self.pools, feeds, outputs, plan.cells, draws,
+        pools = [self.pools] + ([self.taps] if self.taps else [])
+        outputs = [] if draws is not None else [names.LOGITS]
+        out = self.backend.run(self.engine, pools, feeds, outputs, plan.cells, draws,
                                static=shape.is_static)
         if shape.is_static:
             for name in (DRAWN, names.LOGITS):

@@ -29,10 +29,11 @@ def state(executor) -> tuple:
     """A deep snapshot: cell caches, sessions (with draft state), pools."""
     sessions = tuple(sorted(
         (sid, s.sampling, s.seed, s.is_poisoned,
-         None if s.draft is None else (s.draft.pending, tuple(r.tobytes() for r in s.draft.hidden)))
+         None if s.draft is None else s.draft.pending)
         for sid, s in executor.sessions.sessions.items()))
-    pools = tuple(a.tobytes() for a in executor.target.pools.arrays.values())
     draft = getattr(executor, "draft", None)
+    row_pools = [executor.target.pools, executor.target.taps, draft and draft.pools]
+    pools = tuple(a.tobytes() for p in row_pools if p for a in p.arrays.values())
     caches = (executor.cache.snapshot(), draft.cache.snapshot() if draft else None)
     return caches, sessions, pools
 
