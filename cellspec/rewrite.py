@@ -10,13 +10,16 @@ that the new form makes dead) change.
   head h reads kv head h // G, as transformers' repeat_kv), k/v as [S, KV, 1, ., D], scores in
   float32, Where(mask, scores, -inf), Softmax, Where(mask, probs, 0), MatMul, back to
   [S, Q, H * D]. Any provider runs it; it costs about fifteen nodes per attention.
-- `attention_for_cuda`: the CUDA provider's grouped-query kernel (flash or memory-efficient
-  attention) runs an Attention with float16/bfloat16 inputs, `is_causal`, the past as
-  `past_key`/`past_value` [S, KV, N, D] and a 2-D bool mask whose leading Trues count each
-  row's valid keys (the past's valid length, then the Q new tokens). The target's attention
-  over [cell_table cells ; new tokens] has that shape once its cells are gathered as the past:
-  such nodes get the fused form, and the others (float32 inputs, sliding windows, the draft's
-  non-causal blocks) are decomposed.
+- `attention_for_cuda`: ONNX Runtime's CUDA `GroupQueryAttention` (com.microsoft; flash or
+  memory-efficient attention, float16/bfloat16, causal) takes a right-padded past
+  [S, KV, N, D] with each row's valid length in `seqlens_k` (a device tensor: a captured CUDA
+  graph replays it as it changes) and appends the Q new tokens after it. The target's causal
+  attention over [cell_table cells ; new tokens] is exactly that once its gathered cells are
+  the past: such nodes become GroupQueryAttention reading two new graph inputs the runtime
+  feeds when a graph has them, `attn_seqlens [S]` int32 (lengths[s] + Q - 1) and `attn_total`
+  int32 scalar (N + Q, in host memory, as the op wants it). The others (float32 inputs, sliding
+  windows, the draft's non-causal blocks) are decomposed. (The opset-23 Attention's own CUDA
+  grouped path reads a bool mask back to the host, which a CUDA graph cannot capture.)
 """
 
 from __future__ import annotations
@@ -25,9 +28,22 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["attention_for_cuda", "decompose_attention"]
+__all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "HOST_INPUTS", "attention_for_cuda",
+           "decompose_attention", "grouped_feeds"]
+
+ATTN_SEQLENS = "attn_seqlens"  # int32 [S]: lengths[s] + Q - 1, GroupQueryAttention's seqlens_k
+ATTN_TOTAL = "attn_total"  # int32 scalar: N + Q, its total_sequence_length (a host input)
+HOST_INPUTS = (ATTN_TOTAL,)  # inputs a provider reads from host memory
 
 _HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+CONTRIB = "com.microsoft"
+
+
+def grouped_feeds(lengths: np.ndarray, num_cells: int, width: int) -> dict[str, np.ndarray]:
+    """The inputs `attention_for_cuda` adds, for rows whose sequences have `lengths` [S] cells
+    in a step of `num_cells` cells read and `width` tokens per row."""
+    return {ATTN_SEQLENS: (lengths + width - 1).astype(np.int32),
+            ATTN_TOTAL: np.array(num_cells + width, dtype=np.int32)}
 
 
 class _Emitter:
@@ -38,9 +54,10 @@ class _Emitter:
         self.constants: dict[str, TensorProto] = {}
 
     def node(self, op: str, inputs: list[str], name: str, outputs: list[str] | None = None,
-             **attrs) -> str:
+             domain: str = "", **attrs) -> str:
         outputs = outputs or [f"{name}_out"]
-        self.nodes.append(helper.make_node(op, inputs, outputs, name=name, **attrs))
+        self.nodes.append(helper.make_node(op, inputs, outputs, name=name, domain=domain or None,
+                                           **attrs))
         return outputs[0]
 
     def const(self, values, dtype, name: str) -> str:
@@ -54,19 +71,31 @@ def decompose_attention(model: onnx.ModelProto) -> onnx.ModelProto:
     return _rewrite(model, lambda e, node, producers: _decompose(e, node))
 
 
-def attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` with each Attention in a form the CUDA provider has a kernel for (module doc)."""
-    is_half = _activation_type(model) in _HALF
+def attention_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = _HALF
+                       ) -> onnx.ModelProto:
+    """`model` with each Attention in a form the CUDA provider has a kernel for (module doc);
+    `dtypes`: the activation types GroupQueryAttention takes (the CPU's takes float32 too)."""
+    # only the target's attention is causal (a draft block sees its whole block)
+    grouped = _activation_type(model) in dtypes and model.graph.name == "target"
+    used = []
 
     def rewrite(e: _Emitter, node: onnx.NodeProto, producers: dict) -> None:
         past = _gathered_past(node, producers)
         causal_target = node.input[3] == "attn_mask"  # windowed layers read attn_mask_window
-        if past is not None and causal_target and is_half:
+        if past is not None and causal_target and grouped:
             _grouped(e, node, *past)
+            used.append(node.name)
         else:
             _decompose(e, node)
 
-    return _rewrite(model, rewrite)
+    result = _rewrite(model, rewrite)
+    if used:
+        result.graph.input.extend([
+            helper.make_tensor_value_info(ATTN_SEQLENS, TensorProto.INT32, ["S"]),
+            helper.make_tensor_value_info(ATTN_TOTAL, TensorProto.INT32, [])])
+        if not any(o.domain == CONTRIB for o in result.opset_import):
+            result.opset_import.append(helper.make_opsetid(CONTRIB, 1))
+    return result
 
 
 def _rewrite(model: onnx.ModelProto, rewrite) -> onnx.ModelProto:
@@ -150,52 +179,22 @@ def _gathered_past(node: onnx.NodeProto, producers: dict) -> tuple[str, str, str
 
 def _grouped(e: _Emitter, node: onnx.NodeProto, past_k: str, new_k: str, past_v: str,
              new_v: str) -> None:
-    """The fused form: past [S, KV, N, D] from the gathered cells, k/v the new tokens only,
-    a right-padded 2-D mask from the row's lengths, causal."""
+    """GroupQueryAttention: the gathered cells as the past [S, KV, N, D], k/v the new tokens
+    only, each row's valid length from attn_seqlens, causal."""
     attrs = _attributes(node)
     kv_heads, name = attrs["kv_num_heads"], node.name
-    mask = _right_padded_mask(e)
-    shape = e.const([0, 0, kv_heads, -1], np.int64, "/cuda/kv_shape")
+    # D explicitly (the scale is D ** -0.5): a past of no cells has no size to infer D from
+    head_dim = round(attrs["scale"] ** -2)
+    shape = e.const([0, 0, kv_heads, head_dim], np.int64, f"/cuda/kv_shape_{head_dim}")
     pasts = []
     for which, gathered in (("k", past_k), ("v", past_v)):
         heads = e.node("Reshape", [gathered, shape], f"{name}/{which}_past/Reshape")
         pasts.append(e.node("Transpose", [heads], f"{name}/{which}_past/Transpose",
                             perm=[0, 2, 1, 3]))  # [S, KV, N, D]
-    e.node("Attention", [node.input[0], new_k, new_v, mask, *pasts], name,
-           outputs=[node.output[0], f"{name}/present_key", f"{name}/present_value"],
-           q_num_heads=attrs["q_num_heads"], kv_num_heads=kv_heads, scale=attrs["scale"],
-           is_causal=1)
-
-
-def _right_padded_mask(e: _Emitter) -> str:
-    """[S, N + Q] bool, once per graph: the first lengths[s] + Q columns True, where
-    lengths[s] counts the cells the row's first token sees (attn_mask[s, 0, 0, :N])."""
-    if "/cuda/mask" in {n.name for n in e.nodes}:
-        return "/cuda/mask_out"
-    int64 = np.int64
-    shape = e.node("Shape", ["attn_mask"], "/cuda/mask_shape")  # [S, 1, Q, N + Q]
-    width = e.node("Gather", [shape, e.const(2, int64, "/cuda/two")], "/cuda/width")
-    span = e.node("Gather", [shape, e.const(3, int64, "/cuda/three")], "/cuda/span")
-    cells = e.node("Sub", [span, width], "/cuda/cells")  # N
-    first = e.node("Slice", ["attn_mask", e.const([0, 0], int64, "/cuda/zeros"),
-                             _cells_end(e, cells), e.const([2, 3], int64, "/cuda/axes")],
-                   "/cuda/first_row")  # [S, 1, 1, N]: what the row's first token reads
-    counts = e.node("Cast", [first], "/cuda/first_row_int", to=TensorProto.INT64)
-    lengths = e.node("ReduceSum", [counts, e.const([1, 2, 3], int64, "/cuda/sum_axes")],
-                     "/cuda/lengths", keepdims=0)  # [S]
-    total = e.node("Add", [lengths, width], "/cuda/total")  # valid keys per row
-    columns = e.node("Range", [e.const(0, int64, "/cuda/zero"), span,
-                               e.const(1, int64, "/cuda/one")], "/cuda/columns")
-    total = e.node("Unsqueeze", [total, e.const([1], int64, "/cuda/axis1")], "/cuda/total_col")
-    return e.node("Less", [columns, total], "/cuda/mask", outputs=["/cuda/mask_out"])
-
-
-def _cells_end(e: _Emitter, cells: str) -> str:
-    """Slice ends [1, N] for the first query row's read cells."""
-    one = e.const([1], np.int64, "/cuda/one_1d")
-    cells_1d = e.node("Unsqueeze", [cells, e.const([0], np.int64, "/cuda/axis0")],
-                      "/cuda/cells_1d")
-    return e.node("Concat", [one, cells_1d], "/cuda/ends", axis=0)
+    e.node("GroupQueryAttention", [node.input[0], new_k, new_v, *pasts, ATTN_SEQLENS, ATTN_TOTAL],
+           name, outputs=[node.output[0], f"{name}/present_key", f"{name}/present_value"],
+           domain=CONTRIB, num_heads=attrs["q_num_heads"], kv_num_heads=kv_heads,
+           scale=attrs["scale"])
 
 
 def _activation_type(model: onnx.ModelProto) -> int | None:

@@ -106,8 +106,37 @@ def export_shape(shape: str, out: Path, dtype: str, context: int, sessions: int,
     return out
 
 
-def weight_bytes(folder: Path) -> int:
-    return (folder / "weights.bin").stat().st_size
+def shape_artifact(shape: str, args, sessions: int) -> Path:
+    """The artifact of `shape`; shape C carries a random 5-layer DFlash draft of block 16 (taps
+    1, 9, 17, 25, 33), so one 16 GB export serves the plain steps and the DFlash cycles."""
+    from tests.reference.zlab_draft import write_random_draft
+
+    draft = None
+    if shape == "C" or getattr(args, "with_draft", False):
+        config = SHAPES[shape]
+        layers = config["num_hidden_layers"]
+        taps = DRAFT_TAPS if DRAFT_TAPS[-1] < layers else [1, layers // 2, layers - 2]
+        draft = write_random_draft(
+            args.work / f"draft-{shape}", hidden=config["hidden_size"],
+            vocab=config["vocab_size"], num_target_layers=layers, taps=taps, block_size=16,
+            mask_token_id=5, num_layers=5, heads=config["num_attention_heads"],
+            kv_heads=config["num_key_value_heads"],
+            head_dim=config.get("head_dim", config["hidden_size"]
+                                // config["num_attention_heads"]),
+            intermediate=config["intermediate_size"], scale=0.02)
+    return export_shape(shape, args.work / f"shape-{shape}", args.dtype, args.context,
+                        max(sessions, 8), draft)
+
+
+def target_bytes(folder: Path) -> int:
+    """Bytes a target step reads: weights.bin less the draft's own tensors (the floor)."""
+    import onnx
+
+    total = (folder / "weights.bin").stat().st_size
+    model = onnx.load(str(folder / "target.onnx"), load_external_data=False)
+    used = sum(int(dict((e.key, e.value) for e in t.external_data)["length"])
+               for t in model.graph.initializer if t.external_data)
+    return min(total, used)
 
 
 def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
@@ -160,9 +189,8 @@ def cmd_steps(args) -> None:
     results = []
     for shape in args.shapes.split(","):
         sessions = max(int(b) for b in args.batches.split(","))
-        folder = export_shape(shape, args.work / f"shape-{shape}", args.dtype, args.context,
-                              sessions)
-        floor = weight_bytes(folder) / args.bandwidth
+        folder = shape_artifact(shape, args, sessions)
+        floor = target_bytes(folder) / args.bandwidth
         executor = Executor.load(folder, backend=BACKEND[0], max_sessions=sessions)
         for batch in (int(b) for b in args.batches.split(",")):
             row = {"shape": shape, "dtype": args.dtype, "floor_ms": 1e3 * floor,
@@ -180,21 +208,8 @@ def cmd_dflash(args) -> None:
     and its time is the cycle's cost."""
     from cellspec.runtime.dflash import DFlashExecutor
     from cellspec.runtime.executor import Executor
-    from tests.reference.zlab_draft import write_random_draft
 
-    config = SHAPES[args.shape]
-    layers = config["num_hidden_layers"]
-    taps = DRAFT_TAPS if DRAFT_TAPS[-1] < layers else [1, layers // 2, layers - 2]
-    draft = write_random_draft(args.work / f"draft-{args.shape}", hidden=config["hidden_size"],
-                               vocab=config["vocab_size"], num_target_layers=layers, taps=taps,
-                               block_size=16, mask_token_id=5, num_layers=5,
-                               heads=config["num_attention_heads"],
-                               kv_heads=config["num_key_value_heads"],
-                               head_dim=config.get("head_dim", config["hidden_size"]
-                                                   // config["num_attention_heads"]),
-                               intermediate=config["intermediate_size"], scale=0.02)
-    folder = export_shape(args.shape, args.work / f"shape-{args.shape}-dflash", args.dtype,
-                          args.context, 8, draft)
+    folder = shape_artifact(args.shape, args, 32)
     rows = []
     for batch in (1, 8):
         plain = time_decode(Executor.load(folder, backend=BACKEND[0], max_sessions=8), batch,
@@ -294,6 +309,8 @@ def main() -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     for name in ("steps", "dflash", "smollm2", "flips"):
         sub = commands.add_parser(name)
+        sub.add_argument("--with-draft", action="store_true",
+                         help="export every shape with a random draft (shape C always has one)")
         sub.add_argument("--out", type=Path, required=True)
         sub.add_argument("--work", type=Path, default=Path("/tmp/cellspec-gpu"))
         sub.add_argument("--dtype", default="float16")

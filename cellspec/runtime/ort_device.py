@@ -27,6 +27,7 @@ from onnx import TensorProto
 from cellspec import artifact as names
 from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
+from cellspec.rewrite import ATTN_SEQLENS, HOST_INPUTS
 from cellspec.runtime.backend import Backend, Engine, Gather, Pools, TensorSpec
 from cellspec.runtime.bindings import GraphIds, shape_of, step_dims
 from cellspec.runtime.device import Buffer
@@ -34,7 +35,8 @@ from cellspec.runtime.draws import DRAWN, Draws
 from cellspec.runtime.planner import ShapePolicy
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
-              "tensor(int64)": np.int64, "tensor(bool)": np.bool_, "tensor(bfloat16)": None}
+              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+              "tensor(bfloat16)": None}
 _BF16 = 16  # onnx.TensorProto.BFLOAT16: numpy has no bfloat16, bind it by its ONNX type
 QUIET = 4
 _INSTALL = "pip install 'cellspec[gpu]' (onnxruntime-gpu and pycuda)"
@@ -43,32 +45,62 @@ _INSTALL = "pip install 'cellspec[gpu]' (onnxruntime-gpu and pycuda)"
 DISABLED_OPTIMIZERS = ["GatherSliceToSplitFusion"]
 
 
-class DeviceEngine(Engine):
-    """One graph on an IOBinding session: a buffer per input and output at its largest shape
-    (pools excepted: they are bound where they live), and a CUDA graph per static shape."""
+class _Session:
+    """An ONNX Runtime session, its IOBinding and the CUDA graphs it captured."""
 
-    def __init__(self, path: Path, session, device, limits: dict[str, int]) -> None:
-        self.path, self.session, self.device = path, session, device
+    def __init__(self, session) -> None:
+        self.session, self.binding, self.graph_ids = session, session.io_binding(), GraphIds()
+        self.inputs = {i.name for i in session.get_inputs()}
+
+
+class DeviceEngine(Engine):
+    """One graph on IOBinding sessions: a buffer per input and output at its largest shape
+    (pools excepted: they are bound where they live), and a CUDA graph per static shape.
+
+    `wide`: a second session of the same graph for pieces of several rows of several tokens,
+    which GroupQueryAttention refuses ("batch_size must be 1 when sequence_length > 1 and past
+    context is given"); the buffers are the engine's, shared."""
+
+    def __init__(self, path: Path, session, device, limits: dict[str, int],
+                 wide=None) -> None:
+        self.path, self.device = path, device
+        self.main = _Session(session)
+        self.wide = None if wide is None else _Session(wide)
+        self.active = self.main
         self.inputs = {i.name: _spec(i) for i in session.get_inputs()}
         self.outputs = {o.name: _spec(o) for o in session.get_outputs()}
-        self.binding = session.io_binding()
         self.buffers: dict[str, Buffer] = {}
         self.staging: dict[str, np.ndarray] = {}
+        self.host: dict[str, np.ndarray] = {}  # inputs a provider reads from host memory
         for name, spec in {**self.inputs, **self.outputs}.items():
-            if not name.startswith(("k_pool.", "v_pool.")) and not (
+            size = int(np.prod(shape_of(spec.shape, limits))) * _itemsize(spec)
+            if name in HOST_INPUTS:
+                self.host[name] = np.zeros(max(size, 8), np.uint8)
+            elif not name.startswith(("k_pool.", "v_pool.")) and not (
                     name == names.LOGITS and name in self.inputs):  # the sampler's: borrowed
-                size = int(np.prod(shape_of(spec.shape, limits))) * _itemsize(spec)
                 self.buffers[name] = device.alloc(size)
                 if name in self.inputs:
                     self.staging[name] = device.pinned(size)
-        self.graph_ids = GraphIds()
+
+    @property
+    def graph_ids(self) -> GraphIds:
+        return self.main.graph_ids
 
     def stage(self, feeds: dict[str, np.ndarray]) -> dict[str, int]:
-        """Copy host feeds into their buffers (async) and bind them; returns the dim values."""
+        """Choose the session for the step's shape, copy the host feeds it reads into their
+        buffers (async) and bind them; returns the dim values."""
         dims = step_dims({n: s.shape for n, s in self.inputs.items()},
                          {n: a.shape for n, a in feeds.items()})
+        is_wide = dims.get("S", dims.get("O", 1)) > 1 and dims.get("Q", 1) > 1
+        self.active = self.wide if is_wide and self.wide else self.main
         for name, array in feeds.items():
+            if name not in self.active.inputs:
+                continue
             data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            if name in self.host:  # read by the provider on the host: bound there
+                self.host[name][: data.size] = data
+                self._bind(name, array.shape, self.host[name].ctypes.data, True, "cpu")
+                continue
             staged = self.staging[name][: data.size]
             staged[:] = data
             self.device.upload(self.buffers[name], staged)
@@ -89,14 +121,15 @@ class DeviceEngine(Engine):
 
         options = ort.RunOptions()
         options.log_severity_level = QUIET
-        graph_id = self.graph_ids.get(graph_key) if self.device.ort_device == "cuda" else -1
+        session = self.active
+        graph_id = session.graph_ids.get(graph_key) if self.device.ort_device == "cuda" else -1
         if graph_id != GraphIds.UNCAPTURED:
             options.add_run_config_entry("gpu_graph_id", str(graph_id))
         elif self.device.ort_device == "cuda":
             options.add_run_config_entry("gpu_graph_id", "-1")
         self.device.synchronize()  # the staged inputs (and the last commit) are in place
         try:
-            self.session.run_with_iobinding(self.binding, options)
+            session.session.run_with_iobinding(session.binding, options)
         except Exception as error:  # the engine call failed: the caller poisons the batch
             raise ExecutionFailed(f"{self.path.name}: ONNX Runtime run failed: {error}") \
                 from error
@@ -108,11 +141,13 @@ class DeviceEngine(Engine):
         self.device.download(host, self.buffers[name])
         return host
 
-    def _bind(self, name: str, shape, ptr: int, is_input: bool) -> None:
+    def _bind(self, name: str, shape, ptr: int, is_input: bool, where: str | None = None
+              ) -> None:
         spec = self.inputs[name] if is_input else self.outputs[name]
         element = _BF16 if spec.dtype is None else spec.dtype
-        bind = self.binding.bind_input if is_input else self.binding.bind_output
-        bind(name, self.device.ort_device, 0, element, list(shape), ptr)
+        binding = self.active.binding
+        bind = binding.bind_input if is_input else binding.bind_output
+        bind(name, where or self.device.ort_device, 0, element, list(shape), ptr)
 
 
 class DevicePools(Pools):
@@ -163,7 +198,10 @@ class OrtDeviceBackend(Backend):
 
     def load_engine(self, path: Path) -> DeviceEngine:
         session = _make_session(path, self.providers, self.attention)
-        return DeviceEngine(path, session, self.device, self.limits)
+        wide = None
+        if any(i.name == ATTN_SEQLENS for i in session.get_inputs()):
+            wide = _make_session(path, self.providers, "decomposed")
+        return DeviceEngine(path, session, self.device, self.limits, wide)
 
     def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
                    dtype) -> DevicePools:
@@ -336,7 +374,9 @@ def _check_placeable(path: Path, providers: list) -> None:
                                   "--dtype float16")
 
 
-ATTENTION_MODES = ("as-exported", "cuda", "decomposed")
+# "grouped": as "cuda" for every dtype (the CPU provider's GroupQueryAttention takes float32:
+# the tests check the rewrite's semantics there)
+ATTENTION_MODES = ("as-exported", "cuda", "decomposed", "grouped")
 
 
 def _make_session(path: Path, providers: list, attention: str = "as-exported"):
@@ -353,8 +393,13 @@ def _make_session(path: Path, providers: list, attention: str = "as-exported"):
     model = onnx.load(str(path), load_external_data=False)
     if not any(n.op_type == "Attention" for n in model.graph.node):
         return _open_session(path, providers)
-    rewrite = attention_for_cuda if attention == "cuda" else decompose_attention
-    return _open_session(path, providers, rewrite(model).SerializeToString())
+    if attention == "decomposed":
+        model = decompose_attention(model)
+    elif attention == "grouped":
+        model = attention_for_cuda(model, (TensorProto.FLOAT, TensorProto.FLOAT16))
+    else:
+        model = attention_for_cuda(model)
+    return _open_session(path, providers, model.SerializeToString())
 
 
 def _open_session(path: Path, providers: list, serialized: bytes | None = None):

@@ -20,6 +20,7 @@ import numpy as np
 from cellspec import artifact as names
 from cellspec.artifact import LayerCache, Manifest
 from cellspec.errors import InvalidArtifact
+from cellspec.rewrite import ATTN_SEQLENS, grouped_feeds
 from cellspec.runtime.backend import TAPS_POOL, Backend, Engine, TensorSpec
 from cellspec.runtime.cell_cache import PAD_SEQ, CellCache, StepPlan
 from cellspec.runtime.draws import DRAWN, Draws, make_draws
@@ -118,6 +119,8 @@ class TargetModel:
                  names.LOGITS_ROWS: rows.astype(np.int64)}
         if plan.attn_mask_window is not None:
             feeds[names.ATTN_MASK_WINDOW] = plan.attn_mask_window
+        if ATTN_SEQLENS in self.engine.inputs:  # the CUDA provider's form of the attention
+            feeds |= grouped_feeds(plan.lengths, plan.cell_table.shape[1], shape.width)
         start = time.perf_counter()
         pools = [self.pools] + ([self.taps] if self.taps else [])
         outputs = [] if draws is not None else [names.LOGITS]

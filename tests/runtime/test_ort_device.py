@@ -26,11 +26,12 @@ def host_backend(artifact, max_sessions, attention="as-exported"):
                             artifact / manifest.graphs["sample"], attention)
 
 
-@pytest.mark.parametrize("attention", ["as-exported", "decomposed"])
+@pytest.mark.parametrize("attention", ["as-exported", "decomposed", "grouped"])
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 def test_bound_batch_equals_cpu_alone(tiny_artifact, sampling, attention):
     """Also with every Attention rewritten into standard ops (what ort-cuda runs for float32
-    graphs, sliding windows and draft blocks)."""
+    graphs, sliding windows and draft blocks), and into GroupQueryAttention over the gathered
+    cells (what ort-cuda runs for float16 targets: here on the CPU's kernel)."""
     cpu = Executor.load(tiny_artifact, max_sessions=8)
     texts = prompts(6, seed=3)
     alone = [run_alone(cpu, p, sampling, seed=20 + i, steps=10) for i, p in enumerate(texts)]
@@ -76,13 +77,14 @@ def test_bound_pools_hold_what_cpu_pools_hold(tiny_artifact):
         np.testing.assert_allclose(bound, cpu, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("attention", ["decomposed", "grouped"])
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
-def test_bound_speculation_equals_cpu_plain(dflash_artifact, sampling):
+def test_bound_speculation_equals_cpu_plain(dflash_artifact, sampling, attention):
     plain = Executor.load(dflash_artifact, max_sessions=4)
     texts = prompts(3, seed=5)
     expected = [run_alone(plain, p, sampling, seed=7 + i, steps=16) for i, p in enumerate(texts)]
     spec = DFlashExecutor.load(dflash_artifact,
-                               backend=host_backend(dflash_artifact, 4, "decomposed"),
+                               backend=host_backend(dflash_artifact, 4, attention),
                                max_sessions=4)
     sids = [spec.open_session() for _ in texts]
     for i, sid in enumerate(sids):
