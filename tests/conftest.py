@@ -94,3 +94,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if BUNDLED_MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """The bundled SmolLM2-135M-Instruct GGUF (skipped with the reason when not installed)."""
+    from cellspec.errors import InvalidCheckpoint
+    from cellspec.export.gguf import find_bundled_gguf
+
+    try:
+        return find_bundled_gguf()
+    except InvalidCheckpoint as error:
+        pytest.skip(str(error))

@@ -7,17 +7,6 @@ from cellspec.export import ExportConfig, export
 
 
 @pytest.fixture(scope="session")
-def smollm2_gguf():
-    from cellspec.errors import InvalidCheckpoint
-    from cellspec.export.gguf import find_bundled_gguf
-
-    try:
-        return find_bundled_gguf()
-    except InvalidCheckpoint as error:
-        pytest.skip(str(error))
-
-
-@pytest.fixture(scope="session")
 def smollm2_artifact(smollm2_gguf, tmp_path_factory):
     out = tmp_path_factory.mktemp("smollm2") / "artifact"
     export(smollm2_gguf, out, ExportConfig(max_context=1024, max_cells=2048), progress=False)

@@ -40,13 +40,3 @@ def smollm2_by_dtype(smollm2_gguf, tmp_path_factory):
 
     return get
 
-
-@pytest.fixture(scope="session")
-def smollm2_gguf():
-    from cellspec.errors import InvalidCheckpoint
-    from cellspec.export.gguf import find_bundled_gguf
-
-    try:
-        return find_bundled_gguf()
-    except InvalidCheckpoint as error:
-        pytest.skip(str(error))
