@@ -18,7 +18,7 @@ MANIFEST = {
     "max_cells": 512,
     "max_context": 128,
     "target": {"graph": "target.onnx", "static_widths": [1, 2, 4, 8], "dynamic_width": 32,
-               "tap_layer_ids": [0, 1]},
+               "tap_layer_ids": [0, 1], "batch_buckets": [1, 2, 4, 8], "quantization": "none"},
     "draft_cache": [dict(LAYER), dict(LAYER)],
     "draft": {"context_graph": "draft_context.onnx", "block_graph": "draft_block.onnx",
               "block_size": 5, "tap_layer_ids": [0, 1], "mask_token_id": 255, "max_owners": 4,
@@ -27,7 +27,7 @@ MANIFEST = {
     "engines": [{"graph": "argmax.onnx", "path": "argmax.sm80.plan",
                  "compute_capability": "sm80", "profiles": [{"R": [1, 1, 8]}]}],
     "weights": "weights.bin",
-    "format_version": 1,
+    "format_version": 2,
 }
 
 
@@ -67,6 +67,11 @@ def test_the_reference_manifest_loads():
     ("draft.num_layers", "2", "draft.num_layers"),
     ("draft_cache", [LAYER], "draft_cache"),
     ("target.graph", None, "target.graph"),
+    ("target.batch_buckets", [0, 2], "target.batch_buckets"),
+    ("target.batch_buckets", [4, 2], "target.batch_buckets"),
+    ("target.quantization", "int3", "target.quantization"),
+    ("target.quantization", 4, "target.quantization"),
+    ("format_version", 1, "format_version"),
     ("target.graph", 5, "target.graph"),
     ("target.graph", "", "target.graph"),
     ("target.graph", "../outside.onnx", "target.graph"),
