@@ -1,6 +1,8 @@
 """`ort-cuda` on a GPU: the same tokens as `ort-cpu`, CUDA-graph replay equal to uncaptured
 runs, batch invariance, speculation invariance, and float16/bfloat16 logits close to float32."""
 
+import os
+
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
