@@ -3,18 +3,20 @@
 A graph's profiles come from one family of range sets over dim names, one set per profile; a set
 may name dims the graph lacks (the sampler's `argmax` reads only R of the step family):
 
-- step, one set per target method (each static width w: T = R = w exactly; then the dynamic
-  method: T, R in [1, dynamic_width]); N, the cells read, in [0, max_cells]; S = N + T.
+- step, one set per target method (each static width w: Q = w exactly; then the dynamic
+  method: Q in [1, dynamic_width]); S, the rows, in [1, the largest batch bucket]; R, the logits
+  rows, in [1, S * Q] at their largest; N, the cells each row reads, in [0, max_context].
   For the target graph and the `argmax` / `sample` graphs (R rows of logits).
-- owner, one set per owner count o = 1..max_owners: O = o, Q = O * block (the block's tokens),
-  N in [0, max_cells], S = N + Q, W = block (the verified window), W_plus_3 = W + 3 (the verify
-  params). For draft_block and the `verify_argmax` / `verify` graphs. Without a draft: O = 1,
-  W in [1, widest static width].
-- context, one set: C in [1, widest target step], the taps draft_context commits at once.
+- owner, one set per owner count o = 1..max_owners: O = o, N in [0, max_context], W = block
+  (the verified window), W_plus_3 = W + 3 (the verify params). For draft_block and the
+  `verify_argmax` / `verify` graphs. Without a draft: O = 1, W in [1, widest static width].
+- context, one set: S in [1, the largest batch bucket], Q in [1, widest target step], the rows
+  and taps draft_context commits at once.
 
-`sample` and `verify` sort the whole vocabulary with one TopK, whose k TensorRT caps at 3840: for
-a larger vocabulary they get no engine unless asked for by name (the build then fails), and stay
-on ONNX Runtime. The engine table of manifest.json is rewritten only once every engine is built.
+Every opt is the max. `sample` and `verify` sort the whole vocabulary with one TopK, whose k
+TensorRT caps at 3840: for a larger vocabulary they get no engine unless asked for by name (the
+build then fails), and stay on ONNX Runtime. The engine table of manifest.json is rewritten only
+once every engine is built.
 """
 
 from __future__ import annotations
@@ -106,8 +108,10 @@ def unbuildable_graphs(manifest: Manifest) -> dict[str, str]:
 
 def artifact_ranges(manifest: Manifest) -> dict[str, list[Ranges]]:
     """Graph file -> its range sets, one per profile in engine order (see the module doc)."""
-    families = {"step": _step_ranges(manifest), "owner": _owner_ranges(manifest),
-                "context": [{"C": (1, manifest.max_step_width, manifest.max_step_width)}]}
+    rows, width = manifest.target.batch_buckets[-1], manifest.max_step_width
+    families = {"step": target_ranges(manifest.target, manifest.max_context),
+                "owner": _owner_ranges(manifest),
+                "context": [{"S": (1, rows, rows), "Q": (1, width, width)}]}
     table = {manifest.target.graph: families["step"]}
     if manifest.draft is not None:
         table[manifest.draft.context_graph] = families["context"]
@@ -120,14 +124,9 @@ def artifact_ranges(manifest: Manifest) -> dict[str, list[Ranges]]:
     return table
 
 
-def _step_ranges(manifest: Manifest) -> list[Ranges]:
-    return [with_derived(r, {"S": "N + T"})
-            for r in target_ranges(manifest.target, manifest.max_cells)]
-
-
 def _owner_ranges(manifest: Manifest) -> list[Ranges]:
-    cells = (0, manifest.max_cells, manifest.max_cells)
-    derived = {"Q": "O * W", "S": "N + Q", "W_plus_3": "W + 3"}
+    cells = (0, manifest.max_context, manifest.max_context)
+    derived = {"W_plus_3": "W + 3"}
     if manifest.draft is None:
         widest = manifest.target.static_widths[-1]
         return [with_derived({"O": (1, 1, 1), "W": (1, widest, widest), "N": cells}, derived)]

@@ -1,9 +1,10 @@
 """Optimization profiles: the (min, opt, max) shape of every dynamic graph input, per profile.
 
-A graph's dynamic dims are named in its ONNX inputs (`tokens [1, "T"]`, `attn_bias ["T", "N + T"]`);
-a profile is derived from ranges over those names. A dim named by a sum or product of names
-(`"N + T"`) is evaluated from the names' ranges: both operators are monotone over non-negative
-sizes, so evaluating at every min, every opt and every max bounds the dim exactly.
+A graph's dynamic dims are named in its ONNX inputs (`tokens ["S", "Q"]`,
+`attn_mask ["S", 1, "Q", "N + Q"]`); a profile is derived from ranges over those names. A dim
+named by a sum or product of names (`"N + Q"`) is evaluated from the names' ranges: both
+operators are monotone over non-negative sizes, so evaluating at every min, every opt and every
+max bounds the dim exactly.
 """
 
 from __future__ import annotations
@@ -83,46 +84,48 @@ def with_derived(ranges: Mapping[str, DimRange], derived: Mapping[str, str]
 def make_graph_profiles(artifact_dir: str | Path, graph: str,
                         ranges: Sequence[Mapping[str, DimRange]]) -> GraphProfiles:
     """Profiles for one graph file of the artifact, one per entry of `ranges`, in that order."""
-    inputs = dynamic_dims(_load_header(Path(artifact_dir) / graph))
+    inputs = dynamic_dims(load_graph_header(Path(artifact_dir) / graph))
     return GraphProfiles(graph, tuple(make_profile(inputs, r) for r in ranges))
 
 
-def target_ranges(target: TargetMethod, max_cells: int) -> list[dict[str, DimRange]]:
-    """Ranges over T (step tokens), R (logits rows) and N (cells read) for the target graph.
+def target_ranges(target: TargetMethod, max_context: int) -> list[dict[str, DimRange]]:
+    """Ranges over S (rows), Q (tokens per row), R (logits rows) and N (cells read per row) for
+    the target graph.
 
-    One profile per static width w (T = R = w exactly), then the dynamic method's profile
-    (T, R in [1, dynamic_width]) when it has one. N spans [0, max_cells] in every profile: a step
-    may read no cell (a fresh session alone) or, at most, the whole pool.
+    One profile per static width w (Q = w exactly), then the dynamic method's profile
+    (Q in [1, dynamic_width]) when it has one. In every profile S spans [1, the largest batch
+    bucket], R [1, S * Q] at its largest, and N [0, max_context]: a row may read no cell (a fresh
+    session) or, at most, a whole session's context. Each opt is the max.
     """
-    if max_cells < 1:
-        raise InvalidArgument(f"max_cells {max_cells}, need >= 1")
-    cells = (0, max_cells, max_cells)
-    ranges = [{"T": (w, w, w), "R": (w, w, w), "N": cells} for w in target.static_widths]
+    if max_context < 1:
+        raise InvalidArgument(f"max_context {max_context}, need >= 1")
+    rows, cells = target.batch_buckets[-1], (0, max_context, max_context)
+    widths = [(w, w) for w in target.static_widths]
     if target.dynamic_width > 0:
-        width = (1, target.dynamic_width, target.dynamic_width)
-        ranges.append({"T": width, "R": width, "N": cells})
-    return ranges
+        widths.append((1, target.dynamic_width))
+    return [{"S": (1, rows, rows), "Q": (low, high, high), "R": (1, rows * high, rows * high),
+             "N": cells} for low, high in widths]
 
 
-def target_profiles(artifact_dir: str | Path, target: TargetMethod, max_cells: int
+def target_profiles(artifact_dir: str | Path, target: TargetMethod, max_context: int
                     ) -> GraphProfiles:
     """The target graph's profiles (see `target_ranges`), whatever it names its dims.
 
-    T, N and R are read from `tokens` dim 1, `cells_read` dim 0 and `logits_rows` dim 0.
-    `attn_bias` dim 1 is N + T by the ABI: named either by that sum ("N + T") or by a name of
-    its own, which then gets the range N + T.
+    S, Q, N and R are read from `tokens` dims 0 and 1, `cell_table` dim 1 and `logits_rows`
+    dim 0. `attn_mask` dim 3 is N + Q by the ABI: named either by that sum ("N + Q") or by a name
+    of its own, which then gets the range N + Q.
     """
-    inputs = dynamic_dims(_load_header(Path(artifact_dir) / target.graph))
-    names = {"T": _dim_name(inputs, TOKENS, 1, target.graph),
+    inputs = dynamic_dims(load_graph_header(Path(artifact_dir) / target.graph))
+    names = {"S": _dim_name(inputs, TOKENS, 0, target.graph),
+             "Q": _dim_name(inputs, TOKENS, 1, target.graph),
              "N": _dim_name(inputs, CELL_TABLE, 1, target.graph),
              "R": _dim_name(inputs, LOGITS_ROWS, 0, target.graph)}
     span = _dim_name(inputs, ATTN_MASK, 3, target.graph)
     profiles = []
-    for abi in target_ranges(target, max_cells):
+    for abi in target_ranges(target, max_context):
         ranges = {names[k]: r for k, r in abi.items()}
         if span.isidentifier() and span not in ranges:
-            low, mid, high = (abi["N"][k] + abi["T"][k] for k in range(3))
-            ranges[span] = (low, mid, high)
+            ranges[span] = with_derived(abi, {span: "N + Q"})[span]
         profiles.append(make_profile(inputs, ranges))
     return GraphProfiles(target.graph, tuple(profiles))
 
@@ -137,7 +140,8 @@ def _dim_name(inputs: Mapping[str, Sequence[int | str]], name: str, index: int, 
     return dim
 
 
-def _load_header(path: Path) -> onnx.ModelProto:
+def load_graph_header(path: Path) -> onnx.ModelProto:
+    """The graph at `path` without its external data (weights stay references to their file)."""
     if not path.is_file():
         raise InvalidArtifact(f"{path}: graph file not found")
     try:

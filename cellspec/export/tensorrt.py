@@ -3,8 +3,13 @@
 TensorRT for RTX (`tensorrt_rtx`) parses a graph and compiles it for a chosen compute capability
 on any machine; the engine is specialised to the device when it is first loaded. One engine per
 (graph, compute capability), written next to its graph as `{graph_stem}.{sm}.plan`, with the
-graph's optimization profiles in the order given. The weights are read through the graph's
-external data (`parse_from_file` resolves `weights.bin` beside the graph) and stored in the plan.
+graph's optimization profiles in the order given.
+
+TensorRT parses the graph rewritten into standard ops (`rewrite_for_tensorrt`, export/portable.py),
+not the graph itself: the rewrite is written beside the graph as a temporary `{graph_stem}.trt.onnx`
+whose initializers still reference the artifact's `weights.bin` (`parse_from_file` resolves it
+beside the file), and removed once parsed, whether or not the parse succeeded. The weights are
+stored in the plan; the artifact's graphs and weights are never changed.
 
 A call writes every engine it builds or none: plans are written as `.partial` files and renamed
 only once every build has succeeded.
@@ -19,9 +24,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from cellspec.artifact import Engine
 from cellspec.errors import InvalidArgument, InvalidArtifact
-from cellspec.export.profiles import GraphProfiles, Profile, Shape
+from cellspec.export.portable import rewrite_for_tensorrt
+from cellspec.export.profiles import GraphProfiles, Profile, Shape, load_graph_header
 
 __all__ = ["GraphProfiles", "build_engines", "compute_capability_name"]
 
@@ -33,9 +41,10 @@ def build_engines(artifact_dir: str | Path, graphs: Sequence[GraphProfiles],
                   compute_capabilities: Sequence[str], progress: bool = True) -> list[Engine]:
     """Build one engine per graph and compute capability ("sm80", "8.9", ...); return records.
 
-    Raises `InvalidArgument` for an unknown compute capability or a profile that does not fit
-    the graph's inputs, `InvalidArtifact` for a graph TensorRT cannot parse or build (naming the
-    graph, the profile and TensorRT's message). On any error no engine is written.
+    Raises `InvalidArgument` for an unknown compute capability, a profile that does not fit
+    the graph's inputs or a graph with no standard-op form (4-bit weights: int4 artifacts get no
+    engine), before any build; `InvalidArtifact` for a graph TensorRT cannot parse or build
+    (naming the graph, the profile and TensorRT's message). On any error no engine is written.
     """
     trt = import_tensorrt()
     folder = Path(artifact_dir)
@@ -46,6 +55,7 @@ def build_engines(artifact_dir: str | Path, graphs: Sequence[GraphProfiles],
     for name in names:
         if not (folder / name).is_file():
             raise InvalidArtifact(f"{folder / name}: graph file not found")
+    portable = {name: _rewrite(folder / name) for name in names}  # refusals before any build
     logger = _logger_type(trt)()
     builder = trt.Builder(logger)
     engines: list[Engine] = []
@@ -54,8 +64,8 @@ def build_engines(artifact_dir: str | Path, graphs: Sequence[GraphProfiles],
     labels = iter(f"[{k}/{len(pairs)}] {graph} {sm}" for k, (graph, sm) in enumerate(pairs, 1))
     try:
         for entry in graphs:
-            engines += _build_graph(trt, builder, logger, folder, entry, targets, labels,
-                                    partials)
+            engines += _build_graph(trt, builder, logger, folder, entry, portable[entry.graph],
+                                    targets, labels, partials)
     except BaseException:
         for partial in partials:
             partial.unlink(missing_ok=True)
@@ -103,14 +113,23 @@ def _capabilities(trt: Any, values: Sequence[str]) -> list[tuple[str, Any]]:
     return [(name, supported[name]) for name in names]
 
 
+def _rewrite(path: Path) -> onnx.ModelProto:
+    """The graph at `path` in standard ops, its weights left in their file."""
+    try:
+        return rewrite_for_tensorrt(load_graph_header(path))
+    except InvalidArgument as error:
+        raise InvalidArgument(f"{path.name}: {error}") from error
+
+
 def _build_graph(trt: Any, builder: Any, logger: Any, folder: Path, entry: GraphProfiles,
-                 targets: list[tuple[str, Any]], labels: Iterator[str], partials: list[Path]
-                 ) -> list[Engine]:
-    """labels: the progress bar's title of each engine in build order; none: no bar."""
+                 portable: onnx.ModelProto, targets: list[tuple[str, Any]],
+                 labels: Iterator[str], partials: list[Path]) -> list[Engine]:
+    """portable: the graph rewritten; labels: the progress bar's title of each engine in build
+    order; none: no bar."""
     path = folder / entry.graph
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)  # owns the parsed weights: alive until built
-    if not parser.parse_from_file(str(path)):
+    if not _parse(parser, path, portable):
         raise InvalidArtifact(f"{entry.graph}: TensorRT cannot parse the graph: "
                               f"{_parser_errors(parser)}")
     inputs = {t.name: tuple(t.shape) for t in map(network.get_input, range(network.num_inputs))}
@@ -127,6 +146,18 @@ def _build_graph(trt: Any, builder: Any, logger: Any, folder: Path, entry: Graph
         engines.append(Engine(graph=entry.graph, path=str(target.relative_to(folder)),
                               compute_capability=sm, profiles=_records(entry.profiles)))
     return engines
+
+
+def _parse(parser: Any, path: Path, portable: onnx.ModelProto) -> bool:
+    """Parse `portable` from `{stem}.trt.onnx` beside the graph at `path`, so that its external
+    initializers resolve to the artifact's weights file; the file is removed once parsed."""
+    temporary = path.with_name(f"{path.stem}.trt.onnx")
+    try:
+        # serialized as is: no external data is written, the initializers keep their references
+        temporary.write_bytes(portable.SerializeToString())
+        return bool(parser.parse_from_file(str(temporary)))
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _build_one(trt: Any, builder: Any, logger: Any, network: Any, entry: GraphProfiles,

@@ -25,8 +25,9 @@ from cellspec.export.engines import (
 from cellspec.export.sampler import write_sampler_graphs
 
 CAPABILITIES = ["sm80", "sm89"]
-WIDTHS, DYNAMIC, MAX_CELLS = (1, 2, 4), 8, 32
-TINY = ExportConfig(static_widths=WIDTHS, dynamic_width=DYNAMIC, max_cells=MAX_CELLS)
+WIDTHS, DYNAMIC, ROWS, MAX_CELLS, MAX_CONTEXT = (1, 2, 4), 8, 4, 32, 24
+TINY = ExportConfig(static_widths=WIDTHS, dynamic_width=DYNAMIC, batch_buckets=(1, ROWS),
+                    max_cells=MAX_CELLS, max_context=MAX_CONTEXT)
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,7 @@ def dflash_copy(dflash_artifact, tmp_path):
 
 
 def digests(folder: Path) -> dict[str, str]:
+    """Every file but the plans (a rewrite left behind, `*.trt.onnx`, would show here)."""
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.iterdir()) if p.suffix != ".plan"}
 
@@ -57,10 +59,6 @@ def digests(folder: Path) -> dict[str, str]:
 def range_of(profile: dict, name: str, axis: int) -> list[int]:
     """[min, opt, max] of one dim of one input in a manifest profile."""
     return [shape[axis] for shape in profile[name]]
-
-
-def width_ranges(widths, dynamic) -> list[list[int]]:
-    return [[w, w, w] for w in widths] + [[1, dynamic, dynamic]]
 
 
 def check_engine_table(manifest: Manifest, expected: dict[str, list[dict]]) -> None:
@@ -72,17 +70,24 @@ def check_engine_table(manifest: Manifest, expected: dict[str, list[dict]]) -> N
         assert list(engine.profiles) == expected[engine.graph]
 
 
-def step_profiles(widths, dynamic, max_cells) -> list[dict]:
-    """The target's profiles: T = R = w per static width, then T, R in [1, dynamic]."""
+def width_bounds(widths, dynamic) -> list[tuple[int, int]]:
+    """(min, max) of Q per target profile: each static width exactly, then 1..dynamic."""
+    return [(w, w) for w in widths] + [(1, dynamic)]
+
+
+def step_profiles(widths, dynamic, rows, max_context) -> list[dict]:
+    """The target's profiles: S in 1..rows; Q = w per static width, then Q in [1, dynamic];
+    R in 1..rows * Q; N in 0..max_context cells per row, the mask's last dim N + Q."""
     profiles = []
-    for low, high in [(w, w) for w in widths] + [(1, dynamic)]:
-        span = [low, max_cells + high, max_cells + high]
+    for low, high in width_bounds(widths, dynamic):
+        tokens = [[1, low], [rows, high], [rows, high]]
+        span = [low, max_context + high, max_context + high]
         profiles.append({
-            "tokens": [[1, low], [1, high], [1, high]],
-            "positions": [[low], [high], [high]],
-            "logits_rows": [[low], [high], [high]],
-            "cells_read": [[0], [max_cells], [max_cells]],
-            "attn_bias": [[low, span[0]], [high, span[1]], [high, span[2]]],
+            "tokens": tokens, "positions": tokens,
+            "cell_table": [[1, 0], [rows, max_context], [rows, max_context]],
+            "attn_mask": [[1, 1, low, span[0]], [rows, 1, high, span[1]],
+                          [rows, 1, high, span[2]]],
+            "logits_rows": [[1], [rows * high], [rows * high]],
         })
     return profiles
 
@@ -90,25 +95,26 @@ def step_profiles(widths, dynamic, max_cells) -> list[dict]:
 def test_tiny_dflash_artifact_builds_every_graph(trt, dflash_copy):
     out = dflash_copy
     before = Manifest.load(out)
-    draft, vocab, cells = before.draft, before.model.vocab_size, before.max_cells
+    draft, vocab, context = before.draft, before.model.vocab_size, before.max_context
     widths, dynamic = before.target.static_widths, before.target.dynamic_width
+    rows = before.target.batch_buckets[-1]
     hidden = len(draft.tap_layer_ids) * before.model.hidden_size
     files = digests(out)
     manifest = build_artifact_engines(out, CAPABILITIES, progress=False)
     owners, block = range(1, draft.max_owners + 1), draft.block_size
-    rows = [[low, high, high] for low, high in [(w, w) for w in widths] + [(1, dynamic)]]
+    logits_rows = [[1, rows * high, rows * high] for _, high in width_bounds(widths, dynamic)]
+    steps = [[1, 1], [rows, dynamic], [rows, dynamic]]
     check_engine_table(manifest, {
-        "target.onnx": step_profiles(widths, dynamic, cells),
-        "draft_context.onnx": [{"hidden": [[1, hidden], [dynamic, hidden], [dynamic, hidden]],
-                                "positions": [[1], [dynamic], [dynamic]]}],
+        "target.onnx": step_profiles(widths, dynamic, rows, context),
+        "draft_context.onnx": [{"hidden": [[*s, hidden] for s in steps], "positions": steps}],
         "draft_block.onnx": [{
-            "tokens": [[o, block]] * 3, "positions": [[o * block]] * 3,
-            "cells_read": [[0], [cells], [cells]],
-            "attn_bias": [[o * block, o * block], [o * block, cells + o * block],
-                          [o * block, cells + o * block]]} for o in owners],
-        "argmax.onnx": [{"logits": [[r, vocab] for r in row]} for row in rows],
+            "tokens": [[o, block]] * 3, "positions": [[o, block]] * 3,
+            "cell_table": [[o, 0], [o, context], [o, context]],
+            "attn_mask": [[o, 1, block, block], [o, 1, block, context + block],
+                          [o, 1, block, context + block]]} for o in owners],
+        "argmax.onnx": [{"logits": [[r, vocab] for r in row]} for row in logits_rows],
         "sample.onnx": [{"logits": [[r, vocab] for r in row], "params": [[r, 4] for r in row]}
-                        for row in rows],
+                        for row in logits_rows],
         "verify_argmax.onnx": [{"logits": [[o, block, vocab]] * 3,
                                 "candidates": [[o, block]] * 3} for o in owners],
         "verify.onnx": [{"logits": [[o, block, vocab]] * 3, "candidates": [[o, block]] * 3,
@@ -120,14 +126,15 @@ def test_tiny_dflash_artifact_builds_every_graph(trt, dflash_copy):
         assert (out / engine.path).stat().st_size > 0
     after = digests(out)
     del files[MANIFEST_NAME], after[MANIFEST_NAME]
-    assert after == files  # graphs and weights untouched: ONNX Runtime runs what it ran
+    assert after == files  # graphs and weights untouched, no rewrite left: ORT runs what it ran
 
 
 def test_tiny_target_and_sampler_graphs_build(trt, tiny_artifact):
     manifest = build_artifact_engines(tiny_artifact, CAPABILITIES, progress=True)
     assert [e.graph for e in manifest.engines[::2]] == [
         "target.onnx", "argmax.onnx", "sample.onnx", "verify_argmax.onnx", "verify.onnx"]
-    assert list(manifest.engines[0].profiles) == step_profiles(WIDTHS, DYNAMIC, MAX_CELLS)
+    assert list(manifest.engines[0].profiles) == step_profiles(WIDTHS, DYNAMIC, ROWS,
+                                                               MAX_CONTEXT)
     # without a draft: one owner, a window of 1 up to the widest static width
     assert list(manifest.engines[-1].profiles) == [{
         "logits": [[1, 1, 256], [1, 4, 256], [1, 4, 256]],
@@ -158,7 +165,7 @@ def test_failed_build_is_named_and_leaves_the_artifact_as_it_was(trt, tiny_artif
     graphs = ["target.onnx", "argmax.onnx", "sample.onnx"]
     with pytest.raises(InvalidArtifact, match=(
             r"sample\.onnx: TensorRT cannot build an engine for sm80 with profile 0 "
-            r"\{logits: \[\[1, 4096\], \[1, 4096\], \[1, 4096\]\], params: .*\(the first "
+            r"\{logits: \[\[1, 4096\], \[4, 4096\], \[4, 4096\]\], params: .*\(the first "
             r"that fails alone\): .*K exceeds the maximum value allowed \(3840\)")):
         build_artifact_engines(tiny_artifact, CAPABILITIES, progress=False, graphs=graphs)
     assert digests(tiny_artifact) == before  # the manifest too
@@ -180,7 +187,7 @@ def test_graph_with_a_dim_no_family_bounds_is_named(tiny_artifact):
     # verify_argmax.onnx read as the argmax graph: the step family has no range for O
     manifest = replace(Manifest.load(tiny_artifact), graphs={"argmax": "verify_argmax.onnx"})
     with pytest.raises(InvalidArtifact, match=r"verify_argmax\.onnx: input logits: dim 'O' has "
-                                              r"no range \(given \['N', 'R', 'S', 'T'\]\)"):
+                                              r"no range \(given \['N', 'Q', 'R', 'S'\]\)"):
         engine_profiles(tiny_artifact, manifest)
 
 
@@ -203,10 +210,9 @@ def test_context_and_owner_ranges_follow_the_manifest(tiny_artifact):
                        draft=draft, draft_cache=manifest.target_cache[:1], graphs={})
     ranges = artifact_ranges(manifest)
     assert list(ranges) == ["target.onnx", "c.onnx", "b.onnx"]
-    assert ranges["c.onnx"] == [{"C": (1, DYNAMIC, DYNAMIC)}]
-    assert [(r["O"], r["Q"], r["S"]) for r in ranges["b.onnx"]] == [
-        ((o, o, o), (16 * o, 16 * o, 16 * o), (16 * o, 32 + 16 * o, 32 + 16 * o))
-        for o in (1, 2, 3)]
+    assert ranges["c.onnx"] == [{"S": (1, ROWS, ROWS), "Q": (1, DYNAMIC, DYNAMIC)}]
+    assert ranges["b.onnx"] == [{"O": (o, o, o), "W": (16, 16, 16), "N": (0, MAX_CONTEXT,
+                                 MAX_CONTEXT), "W_plus_3": (19, 19, 19)} for o in (1, 2, 3)]
 
 
 @pytest.mark.slow
@@ -227,18 +233,23 @@ def test_smollm2_engines_match_the_methods(trt, tmp_path):
         assert [(e.graph, e.compute_capability) for e in manifest.engines] == [
             (g, sm) for g in ("target.onnx", "argmax.onnx", "verify_argmax.onnx")
             for sm in CAPABILITIES]
-        widths = width_ranges(config.static_widths, config.dynamic_width)
-        cells = config.resolved_max_cells
+        bounds = width_bounds(config.static_widths, config.dynamic_width)
+        rows, context = config.batch_buckets[-1], manifest.max_context
         for engine in manifest.engines[:2]:
-            assert [range_of(p, "tokens", 1) for p in engine.profiles] == widths
-            assert [range_of(p, "logits_rows", 0) for p in engine.profiles] == widths
-            assert all(range_of(p, "cells_read", 0) == [0, cells, cells]
-                       for p in engine.profiles)
-            assert all(range_of(p, "attn_bias", 1) == [w[0], cells + w[1], cells + w[2]]
-                       for p, w in zip(engine.profiles, widths))
+            profiles = engine.profiles
+            assert [range_of(p, "tokens", 1) for p in profiles] == [[lo, hi, hi]
+                                                                     for lo, hi in bounds]
+            assert all(range_of(p, "tokens", 0) == [1, rows, rows] for p in profiles)
+            assert [range_of(p, "logits_rows", 0) for p in profiles] == [
+                [1, rows * hi, rows * hi] for _, hi in bounds]
+            assert all(range_of(p, "cell_table", 1) == [0, context, context] for p in profiles)
+            assert [range_of(p, "attn_mask", 3) for p in profiles] == [
+                [lo, context + hi, context + hi] for lo, hi in bounds]
             assert (out / engine.path).stat().st_size > (out / "weights.bin").stat().st_size
         for engine in manifest.engines[2:4]:
-            assert [range_of(p, "logits", 0) for p in engine.profiles] == widths
+            assert [range_of(p, "logits", 0) for p in engine.profiles] == [
+                [1, rows * hi, rows * hi] for _, hi in bounds]
+        assert not list(out.glob("*.trt.onnx"))
         assert Manifest.load(out) == manifest
     finally:
         for plan in out.glob("*.plan"):

@@ -34,8 +34,8 @@ def _write(folder: Path, name: str, inputs: dict[str, list]) -> None:
 
 
 def test_dynamic_dims_lists_inputs_with_a_named_dim():
-    model = _model({"a": [1, "T"], "pool": [4, 2], "bias": ["T", "N + T"]})
-    assert dynamic_dims(model) == {"a": [1, "T"], "bias": ["T", "N + T"]}
+    model = _model({"a": ["S", "Q"], "pool": [4, 2], "mask": ["S", 1, "Q", "N + Q"]})
+    assert dynamic_dims(model) == {"a": ["S", "Q"], "mask": ["S", 1, "Q", "N + Q"]}
 
 
 def test_unnamed_dynamic_dim_is_refused():
@@ -45,19 +45,20 @@ def test_unnamed_dynamic_dim_is_refused():
 
 
 def test_profile_evaluates_sums_and_products_per_bound():
-    inputs = {"bias": ["T", "N + T"], "block": ["O * 4", 3], "x": [2, "T"]}
-    profile = make_profile(inputs, {"T": (1, 4, 8), "N": (0, 16, 16), "O": (1, 2, 3)})
-    assert profile == {"bias": ((1, 1), (4, 20), (8, 24)),
-                       "block": ((4, 3), (8, 3), (12, 3)),
+    inputs = {"mask": ["S", 1, "Q", "N + Q"], "logits": ["O * 4", 3], "x": [2, "Q"]}
+    profile = make_profile(inputs, {"S": (1, 2, 2), "Q": (1, 4, 8), "N": (0, 16, 16),
+                                    "O": (1, 2, 3)})
+    assert profile == {"mask": ((1, 1, 1, 1), (2, 1, 4, 20), (2, 1, 8, 24)),
+                       "logits": ((4, 3), (8, 3), (12, 3)),
                        "x": ((2, 1), (2, 4), (2, 8))}
 
 
-@pytest.mark.parametrize("dim, message", [("Q", r"dim 'Q' has no range"),
-                                          ("N - T", r"not built of names, integers, \+ and \*"),
+@pytest.mark.parametrize("dim, message", [("O", r"dim 'O' has no range"),
+                                          ("N - Q", r"not built of names, integers, \+ and \*"),
                                           ("N +", "is not a name or sum")])
 def test_profile_refuses_dims_it_cannot_bound(dim, message):
     with pytest.raises(InvalidArgument, match=message):
-        make_profile({"x": [dim]}, {"T": (1, 1, 1), "N": (1, 1, 1)})
+        make_profile({"x": [dim]}, {"Q": (1, 1, 1), "N": (1, 1, 1)})
 
 
 def test_graph_profiles_refuses_min_above_max():
@@ -68,31 +69,40 @@ def test_graph_profiles_refuses_min_above_max():
 
 
 def test_target_ranges_static_widths_then_dynamic():
-    ranges = target_ranges(TargetMethod("t.onnx", (1, 2), 8), max_cells=64)
-    assert ranges == [{"T": (1, 1, 1), "R": (1, 1, 1), "N": (0, 64, 64)},
-                      {"T": (2, 2, 2), "R": (2, 2, 2), "N": (0, 64, 64)},
-                      {"T": (1, 8, 8), "R": (1, 8, 8), "N": (0, 64, 64)}]
-    assert len(target_ranges(TargetMethod("t.onnx", (1, 2), 0), max_cells=64)) == 2
+    target = TargetMethod("t.onnx", (1, 2), 8, batch_buckets=(1, 4, 16))
+    ranges = target_ranges(target, max_context=64)
+    cells = (0, 64, 64)
+    assert ranges == [{"S": (1, 16, 16), "Q": (1, 1, 1), "R": (1, 16, 16), "N": cells},
+                      {"S": (1, 16, 16), "Q": (2, 2, 2), "R": (1, 32, 32), "N": cells},
+                      {"S": (1, 16, 16), "Q": (1, 8, 8), "R": (1, 128, 128), "N": cells}]
+    assert len(target_ranges(TargetMethod("t.onnx", (1, 2), 0), max_context=64)) == 2
+    with pytest.raises(InvalidArgument, match="max_context 0, need >= 1"):
+        target_ranges(target, max_context=0)
 
 
-@pytest.mark.parametrize("t, n, span", [("T", "N", "S"), ("width", "cells", "cells + width")])
-def test_target_profiles_follow_the_graphs_own_names(tmp_path, t, n, span):
-    _write(tmp_path, "t.onnx", {"tokens": [1, t], "positions": [t], "logits_rows": ["R"],
-                                "cells_read": [n], "attn_bias": [t, span],
-                                "k_pool.0": [64, 2, 8]})
-    profiles = target_profiles(tmp_path, TargetMethod("t.onnx", (2,), 8), max_cells=64)
+@pytest.mark.parametrize("s, q, n, span", [("S", "Q", "N", "N + Q"),
+                                           ("rows", "width", "cells", "span")])
+def test_target_profiles_follow_the_graphs_own_names(tmp_path, s, q, n, span):
+    _write(tmp_path, "t.onnx", {"tokens": [s, q], "positions": [s, q], "cell_table": [s, n],
+                                "attn_mask": [s, 1, q, span], "logits_rows": ["R"],
+                                "k_pool.0": [64, 16]})
+    target = TargetMethod("t.onnx", (2,), 8, batch_buckets=(1, 2, 4))
+    profiles = target_profiles(tmp_path, target, max_context=64)
     assert profiles.graph == "t.onnx"
     assert profiles.profiles[0] == {
-        "tokens": ((1, 2), (1, 2), (1, 2)), "positions": ((2,), (2,), (2,)),
-        "logits_rows": ((2,), (2,), (2,)), "cells_read": ((0,), (64,), (64,)),
-        "attn_bias": ((2, 2), (2, 66), (2, 66))}
-    assert profiles.profiles[1]["attn_bias"] == ((1, 1), (8, 72), (8, 72))
+        "tokens": ((1, 2), (4, 2), (4, 2)), "positions": ((1, 2), (4, 2), (4, 2)),
+        "cell_table": ((1, 0), (4, 64), (4, 64)),
+        "attn_mask": ((1, 1, 2, 2), (4, 1, 2, 66), (4, 1, 2, 66)),
+        "logits_rows": ((1,), (8,), (8,))}
+    assert profiles.profiles[1]["attn_mask"] == ((1, 1, 1, 1), (4, 1, 8, 72), (4, 1, 8, 72))
+    assert profiles.profiles[1]["logits_rows"] == ((1,), (32,), (32,))
 
 
 def test_make_graph_profiles_keeps_the_order_given(tmp_path):
-    _write(tmp_path, "ctx.onnx", {"taps": ["C", 32], "positions": ["C"]})
-    profiles = make_graph_profiles(tmp_path, "ctx.onnx", [{"C": (c, c, c)} for c in (4, 1, 2)])
-    assert [p["positions"][0] for p in profiles.profiles] == [(4,), (1,), (2,)]
+    _write(tmp_path, "ctx.onnx", {"hidden": ["S", "Q", 32], "positions": ["S", "Q"]})
+    ranges = [{"S": (1, 1, 1), "Q": (q, q, q)} for q in (4, 1, 2)]
+    profiles = make_graph_profiles(tmp_path, "ctx.onnx", ranges)
+    assert [p["positions"][0] for p in profiles.profiles] == [(1, 4), (1, 1), (1, 2)]
 
 
 def test_missing_graph_is_named(tmp_path):

@@ -5,6 +5,7 @@ The engines are only built here, never run: this machine has no GPU the engines 
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -13,13 +14,41 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cellspec.artifact import WEIGHTS_NAME, TargetMethod
+from cellspec.artifact import (
+    ATTN_MASK,
+    CELL_TABLE,
+    LOGITS,
+    LOGITS_ROWS,
+    POSITIONS,
+    TOKENS,
+    WEIGHTS_NAME,
+    TargetMethod,
+    k_new,
+    k_pool,
+    v_new,
+    v_pool,
+)
 from cellspec.errors import InvalidArgument, InvalidArtifact
+from cellspec.export.graph import (
+    CONTRIB,
+    GraphBuilder,
+    make_attention,
+    make_cell_kv,
+    make_embedding,
+    make_linear,
+    make_lm_head,
+    make_rms_norm,
+    make_rope,
+    make_rope_caches,
+    make_skip_rms_norm,
+    make_split,
+)
 from cellspec.export.profiles import GraphProfiles, target_profiles
 from cellspec.export.tensorrt import build_engines, compute_capability_name, import_tensorrt
 
-V, H, HEADS, D, MAX_CELLS = 32, 16, 2, 8, 16
-TARGET = TargetMethod("target.onnx", static_widths=(1, 2, 4), dynamic_width=8)
+V, H, HEADS, KV_HEADS, D, MAX_CELLS, MAX_CONTEXT = 32, 16, 4, 2, 8, 16, 12
+TARGET = TargetMethod("target.onnx", static_widths=(1, 2, 4), dynamic_width=8,
+                      batch_buckets=(1, 2))
 
 
 @pytest.fixture(scope="module")
@@ -27,61 +56,54 @@ def trt():
     return pytest.importorskip("tensorrt_rtx")
 
 
-def _node(op: str, inputs: list[str], output: str, **attrs) -> onnx.NodeProto:
-    return helper.make_node(op, inputs, [output], name=f"/{output}/{op}", **attrs)
-
-
 def _save(folder: Path, name: str, nodes, inputs, outputs, initializers=()) -> None:
     graph = helper.make_graph(nodes, Path(name).stem, inputs, outputs, list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
+    _save_model(folder, name, model)
+
+
+def _save_model(folder: Path, name: str, model: onnx.ModelProto) -> None:
     # every float weight in weights.bin; small int64 shape constants stay inline
     onnx.save_model(model, str(folder / name), save_as_external_data=True,
                     all_tensors_to_one_file=True, location=WEIGHTS_NAME, size_threshold=64)
 
 
-def write_target(folder: Path, span: str = "S") -> None:
-    """A one-layer target-like graph with the target ABI's inputs, int64 indices and outputs."""
+def write_target(folder: Path, span: str = "N + Q") -> None:
+    """A one-layer target of graph ABI v2: its inputs and outputs, with the ops TensorRT gets
+    rewritten (opset-23 Attention with grouped kv heads, SkipSimplifiedLayerNormalization) and
+    those it takes as they are (RMSNormalization, RotaryEmbedding)."""
     rng = np.random.default_rng(0)
-    weights = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in
-               [("embed", (V, H)), ("wq", (HEADS * D, H)), ("wk", (H, HEADS * D)),
-                ("wv", (H, HEADS * D)), ("lm_head", (V, H)), ("inv_freq", (D,))]}
-    shapes = {"th": [-1, H], "thd": [-1, HEADS, D], "t1": [-1, 1, 1]}
-    inits = [numpy_helper.from_array(a, n) for n, a in weights.items()]
-    inits += [numpy_helper.from_array(np.array(s, np.int64), n) for n, s in shapes.items()]
-    nodes = [
-        _node("Gather", ["embed", "tokens"], "emb"), _node("Reshape", ["emb", "th"], "x"),
-        _node("Cast", ["positions"], "pos", to=TensorProto.FLOAT),
-        _node("Reshape", ["pos", "t1"], "pos3"), _node("Mul", ["pos3", "inv_freq"], "angle"),
-        _node("Cos", ["angle"], "cos"),
-        _node("Gemm", ["x", "wq"], "q2", transB=1), _node("Reshape", ["q2", "thd"], "q3"),
-        _node("MatMul", ["x", "wk"], "k2"), _node("Reshape", ["k2", "thd"], "k3"),
-        _node("Mul", ["k3", "cos"], "k_new.0"),
-        _node("MatMul", ["x", "wv"], "v2"), _node("Reshape", ["v2", "thd"], "v_new.0"),
-        _node("Gather", ["k_pool.0", "cells_read"], "k_read", axis=0),
-        _node("Gather", ["v_pool.0", "cells_read"], "v_read", axis=0),
-        _node("Concat", ["k_read", "k_new.0"], "k_all", axis=0),
-        _node("Concat", ["v_read", "v_new.0"], "v_all", axis=0),
-        _node("Transpose", ["q3"], "q", perm=[1, 0, 2]),
-        _node("Transpose", ["k_all"], "kt", perm=[1, 2, 0]),
-        _node("Transpose", ["v_all"], "vt", perm=[1, 0, 2]),
-        _node("MatMul", ["q", "kt"], "scores"), _node("Add", ["scores", "attn_bias"], "biased"),
-        _node("Softmax", ["biased"], "probs", axis=-1), _node("MatMul", ["probs", "vt"], "o"),
-        _node("Transpose", ["o"], "o2", perm=[1, 0, 2]), _node("Reshape", ["o2", "th"], "h"),
-        _node("Gather", ["h", "logits_rows"], "rows", axis=0),
-        _node("Gemm", ["rows", "lm_head"], "logits", transB=1),
-    ]
-    vi = helper.make_tensor_value_info
-    pool = [MAX_CELLS, HEADS, D]
-    inputs = [vi("tokens", TensorProto.INT64, [1, "T"]), vi("positions", TensorProto.INT64, ["T"]),
-              vi("logits_rows", TensorProto.INT64, ["R"]),
-              vi("cells_read", TensorProto.INT64, ["N"]),
-              vi("attn_bias", TensorProto.FLOAT, ["T", span]),
-              vi("k_pool.0", TensorProto.FLOAT, pool), vi("v_pool.0", TensorProto.FLOAT, pool)]
-    outputs = [vi("logits", TensorProto.FLOAT, ["R", V]),
-               vi("k_new.0", TensorProto.FLOAT, ["T", HEADS, D]),
-               vi("v_new.0", TensorProto.FLOAT, ["T", HEADS, D])]
-    _save(folder, TARGET.graph, nodes, inputs, outputs, inits)
+    g = GraphBuilder("target")
+    for name, shape in [("embed", (V, H)), ("norm", (H,)), ("qkv", (H, (HEADS + 2 * KV_HEADS) * D)),
+                        ("o_proj", (HEADS * D, H)), ("final_norm", (H,)), ("lm_head", (V, H))]:
+        g.weight(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name))
+    g.input(TOKENS, "int64", ["S", "Q"])
+    g.input(POSITIONS, "int64", ["S", "Q"])
+    g.input(CELL_TABLE, "int64", ["S", "N"])
+    g.input(ATTN_MASK, "bool", ["S", 1, "Q", span])
+    g.input(LOGITS_ROWS, "int64", ["R"])
+    for pool in (k_pool(0), v_pool(0)):
+        g.input(pool, "float32", [MAX_CELLS, KV_HEADS * D])
+    rope = make_rope_caches(g, 1.0 / 10000 ** (np.arange(0, D, 2) / D), MAX_CONTEXT + 8)
+    x = make_embedding(g, "embed", TOKENS)
+    normed = make_rms_norm(g, x, "norm", 1e-5, "/input_layernorm")
+    qkv = make_linear(g, normed, "qkv", "/attn/qkv_proj")
+    q, k, _ = make_split(g, qkv, [HEADS * D, KV_HEADS * D, KV_HEADS * D], "/attn/qkv_proj",
+                         [None, None, v_new(0)])
+    q = make_rope(g, q, POSITIONS, rope, HEADS, "/attn/q_rope")
+    k = make_rope(g, k, POSITIONS, rope, KV_HEADS, "/attn/k_rope", out=k_new(0))
+    keys = make_cell_kv(g, k_pool(0), CELL_TABLE, k, "/attn/keys")
+    values = make_cell_kv(g, v_pool(0), CELL_TABLE, v_new(0), "/attn/values")
+    out = make_attention(g, q, keys, values, ATTN_MASK, HEADS, KV_HEADS, D, "/attn")
+    attn = make_linear(g, out, "o_proj", "/attn/o_proj")
+    normed, _ = make_skip_rms_norm(g, attn, x, "final_norm", 1e-5, "/norm")
+    flat = g.node("Reshape", [normed, g.const([-1, H])], name="/logits_rows/Flat")
+    rows = g.node("Gather", [flat, LOGITS_ROWS], name="/logits_rows/Gather", axis=0)
+    g.output(make_lm_head(g, rows, "lm_head"), LOGITS, "float32", ["R", V])
+    for name in (k_new(0), v_new(0)):
+        g.output(name, name, "float32", ["S", "Q", KV_HEADS * D])
+    _save_model(folder, TARGET.graph, g.make_model())
 
 
 def write_one_node(folder: Path, name: str, op: str, inputs, output, initializers=()) -> None:
@@ -95,43 +117,92 @@ def _float(name: str, dims) -> onnx.ValueInfoProto:
 
 
 def expected_target_profiles() -> list[dict[str, list[list[int]]]]:
-    """The profiles `target_profiles` must give TARGET: widths 1, 2, 4 exactly, then 1..8."""
+    """The profiles `target_profiles` must give TARGET: S in 1..2 rows; widths 1, 2, 4 exactly,
+    then 1..8; R up to S * Q; N in 0..MAX_CONTEXT cells per row."""
     profiles = []
     for low, high in [(1, 1), (2, 2), (4, 4), (1, 8)]:
+        span = [low, MAX_CONTEXT + high, MAX_CONTEXT + high]
         profiles.append({
-            "tokens": [[1, low], [1, high], [1, high]],
-            "positions": [[low], [high], [high]],
-            "logits_rows": [[low], [high], [high]],
-            "cells_read": [[0], [MAX_CELLS], [MAX_CELLS]],
-            "attn_bias": [[low, low], [high, MAX_CELLS + high], [high, MAX_CELLS + high]],
+            "tokens": [[1, low], [2, high], [2, high]],
+            "positions": [[1, low], [2, high], [2, high]],
+            "cell_table": [[1, 0], [2, MAX_CONTEXT], [2, MAX_CONTEXT]],
+            "attn_mask": [[1, 1, low, span[0]], [2, 1, high, span[1]], [2, 1, high, span[2]]],
+            "logits_rows": [[1], [2 * high], [2 * high]],
         })
     return profiles
 
 
-@pytest.mark.parametrize("span", ["S", "N + T"])
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("span", ["span", "N + Q"])
 def test_builds_one_engine_per_compute_capability(trt, tmp_path, span):
     write_target(tmp_path, span)
     assert (tmp_path / WEIGHTS_NAME).stat().st_size > V * H * 4  # weights really external
-    profiles = target_profiles(tmp_path, TARGET, MAX_CELLS)
-    engines = build_engines(tmp_path, [profiles], ["sm80", "8.9"], progress=span == "S")
+    before = digests(tmp_path)
+    profiles = target_profiles(tmp_path, TARGET, MAX_CONTEXT)
+    engines = build_engines(tmp_path, [profiles], ["sm80", "8.9"], progress=span == "span")
     assert [e.compute_capability for e in engines] == ["sm80", "sm89"]
     assert [e.path for e in engines] == ["target.sm80.plan", "target.sm89.plan"]
     for engine in engines:
-        assert engine.graph == "target.onnx"
-        assert (tmp_path / engine.path).stat().st_size > 0
+        assert engine.graph == "target.onnx"  # the graph's file, not the rewrite's
+        assert (tmp_path / engine.path).stat().st_size > (tmp_path / WEIGHTS_NAME).stat().st_size
         assert list(engine.profiles) == expected_target_profiles()
     assert not list(tmp_path.glob("*.partial"))
+    after = digests(tmp_path)
+    assert {name: after[name] for name in before} == before  # graph and weights untouched
+    assert sorted(after.keys() - before.keys()) == ["target.sm80.plan", "target.sm89.plan"]
+
+
+def test_the_rewrite_is_parsed_beside_the_graph_then_removed(trt, tmp_path, monkeypatch):
+    write_target(tmp_path)
+    parsed = []
+
+    def parse_from_file(self, path):
+        model = onnx.load(path)  # reads weights.bin through the rewrite's references
+        parsed.append((path, {n.op_type for n in model.graph.node}))
+        return original(self, path)
+
+    original = trt.OnnxParser.parse_from_file
+    monkeypatch.setattr(trt.OnnxParser, "parse_from_file", parse_from_file)
+    build_engines(tmp_path, [target_profiles(tmp_path, TARGET, MAX_CONTEXT)], ["sm80"],
+                  progress=False)
+    [(path, ops)] = parsed
+    assert path == str(tmp_path / "target.trt.onnx")
+    assert {"Attention", "SkipSimplifiedLayerNormalization"}.isdisjoint(ops)
+    assert {"MatMul", "Softmax", "RMSNormalization", "RotaryEmbedding"} <= ops
+    assert not (tmp_path / "target.trt.onnx").exists()
 
 
 def test_unparsable_graph_is_named_and_nothing_is_written(trt, tmp_path):
     write_target(tmp_path)
     write_one_node(tmp_path, "unique.onnx", "Unique", [_float("x", ["N"])], _float("y", ["M"]))
-    graphs = [target_profiles(tmp_path, TARGET, MAX_CELLS),
+    graphs = [target_profiles(tmp_path, TARGET, MAX_CONTEXT),
               GraphProfiles("unique.onnx", ({"x": ((1,), (4,), (8,))},))]
     with pytest.raises(InvalidArtifact, match=r"unique\.onnx: TensorRT cannot parse .*"
                                               r"'/bad/Unique' \(Unique\): UNSUPPORTED_NODE"):
         build_engines(tmp_path, graphs, ["sm80"], progress=False)
     assert not list(tmp_path.glob("*.plan*"))  # not even the target's, built before
+    assert not list(tmp_path.glob("*.trt.onnx"))  # the rewrites are removed on failure too
+
+
+def test_four_bit_graph_is_refused_before_any_build(trt, tmp_path):
+    write_target(tmp_path)
+    node = helper.make_node("MatMulNBits", ["x", "w", "scales"], ["y"], name="/lm_head/MatMulNBits",
+                            domain=CONTRIB, K=16, N=16, bits=4, block_size=16)
+    inputs = [_float("x", ["T", 16]), _float("w", [16, 1, 8]), _float("scales", [16])]
+    model = helper.make_model(helper.make_graph([node], "int4", inputs, [_float("y", ["T", 16])]),
+                              opset_imports=[helper.make_opsetid("", 23),
+                                             helper.make_opsetid(CONTRIB, 1)])
+    onnx.save(model, str(tmp_path / "int4.onnx"))
+    graphs = [target_profiles(tmp_path, TARGET, MAX_CONTEXT),
+              GraphProfiles("int4.onnx", ({"x": ((1, 16), (4, 16), (8, 16))},))]
+    with pytest.raises(InvalidArgument, match=r"int4\.onnx: node '/lm_head/MatMulNBits' "
+                                              r"\(MatMulNBits\): .*int4 artifacts get no "
+                                              r"TensorRT engine \(export float16 or float32"):
+        build_engines(tmp_path, graphs, ["sm80"], progress=False)
+    assert not list(tmp_path.glob("*.plan*")) and not list(tmp_path.glob("*.trt.onnx"))
 
 
 def test_inconsistent_static_shapes_are_named(trt, tmp_path):
@@ -175,7 +246,7 @@ def test_profile_that_does_not_fit_the_graph_is_refused(trt, tmp_path, profile, 
 @pytest.mark.parametrize("value", ["sm90", "9.0", "sm100"])
 def test_unsupported_compute_capability_is_refused(trt, tmp_path, value):
     write_target(tmp_path)
-    graphs = [target_profiles(tmp_path, TARGET, MAX_CELLS)]
+    graphs = [target_profiles(tmp_path, TARGET, MAX_CONTEXT)]
     with pytest.raises(InvalidArgument, match=r"not supported .* supported: \['sm120'"):
         build_engines(tmp_path, graphs, [value], progress=False)
 
