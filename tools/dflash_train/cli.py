@@ -76,8 +76,9 @@ def _eval(p: argparse.ArgumentParser) -> None:
     g.add_argument("--eval-prompts", type=int, help="at most this many prompts (default all)")
     g.add_argument("--split", choices=("held-out", "train"), default="held-out")
     g.add_argument("--temperatures", type=_floats, default=[0.0, 0.7])
-    g.add_argument("--n-draft", type=int, help="proposals per cycle (default block - 1)")
-    g.add_argument("--eval-batch", type=int, default=64)
+    g.add_argument("--n-draft", type=_ints, help="proposals per cycle, e.g. 15,7,3 "
+                   "(default: block - 1, 7 and 3)")
+    g.add_argument("--eval-batch", type=int, default=128)
     g.add_argument("--eval-max-new-tokens", dest="max_new_tokens_eval", type=int, default=256)
 
 
@@ -85,7 +86,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="train_dflash.py")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prompts", help="write the prompt set as JSONL")
-    p.add_argument("--out", type=Path, default=Path("dflash_prompts.jsonl"))
+    p.add_argument("--out", type=Path, default=Path("out/dflash_prompts.jsonl"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--per-category", type=int, default=400)
     p = sub.add_parser("generate", help="self-distillation data")
@@ -104,6 +105,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-out", type=Path, required=True)
     p.add_argument("--dtype", choices=("float16", "float32"), default="float16")
     p = sub.add_parser("all", help="generate -> train -> eval -> export into --out")
+    p.add_argument("--export", action=argparse.BooleanOptionalAction, default=True,
+                   help="write OUT/draft (leave it out when files must be few: `export` "
+                   "rebuilds it from OUT/ckpt anywhere)")
     _common(p)
     _generate(p)
     _train(p)
@@ -139,5 +143,6 @@ def run_all(args: argparse.Namespace) -> None:
         data = commands.cmd_generate(args, ckpt)
     args.checkpoint = commands.cmd_train(args, ckpt, data)
     commands.cmd_eval(args, ckpt)
-    args.draft_out, args.dtype = args.out / commands.DRAFT_NAME, "float16"
-    commands.cmd_export(args)
+    if args.export:
+        args.draft_out, args.dtype = args.out / commands.DRAFT_NAME, "float16"
+        commands.cmd_export(args)

@@ -160,20 +160,23 @@ def cmd_eval(args: argparse.Namespace, ckpt=None) -> dict:
     draft = load_draft(args.checkpoint, device)
     target, tokenizer = build_target(ckpt, device), chat_tokenizer(ckpt)
     prompts = prompt_set.make_prompts(args.prompt_seed, args.per_category)
-    chosen = [p for p in prompts if p.is_held_out == (args.split == "held-out")]
+    chosen = prompt_set.interleaved([p for p in prompts
+                                     if p.is_held_out == (args.split == "held-out")])
     chosen = chosen[: args.eval_prompts] if args.eval_prompts else chosen
-    n_draft = args.n_draft or draft.cfg.block_size - 1
+    limit = draft.cfg.block_size - 1
+    n_drafts = sorted({min(n, limit) for n in (args.n_draft or [limit, 7, 3])}, reverse=True)
     log = RunLog(args.out, "eval", {"checkpoint": str(args.checkpoint), "prompts": len(chosen),
-                                    "split": args.split, "n_draft": n_draft})
+                                    "split": args.split, "n_drafts": n_drafts})
     results = {}
     for temperature in args.temperatures:
         tick = time.time()
         results[str(temperature)] = evaluate(draft, target, tokenizer, chosen,
-                                             temperature=temperature, n_draft=n_draft,
+                                             temperature=temperature, n_drafts=n_drafts,
                                              max_new_tokens=args.max_new_tokens_eval,
                                              batch=args.eval_batch)
-        table = "  ".join(f"{k} {v['tau']:.2f}" for k, v in results[str(temperature)].items())
-        say("eval", f"T={temperature} ({time.time() - tick:.0f} s) tau: {table}")
+        for n, table in results[str(temperature)].items():
+            line = "  ".join(f"{k} {v['tau']:.2f}" for k, v in table.items())
+            say("eval", f"T={temperature} n_draft={n} ({time.time() - tick:.0f} s) tau: {line}")
     log.finish(results=results)
     return results
 

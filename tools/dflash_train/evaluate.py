@@ -45,13 +45,15 @@ def walk_cycles(accepted: np.ndarray, start: int, length: int) -> tuple[int, int
 @torch.no_grad()
 def accepted_counts(draft: DFlashDraft, target, embed, lm_head, ids: torch.Tensor,
                     lengths: np.ndarray, prompt_lens: np.ndarray, n_draft: int,
-                    chunk: int = 64) -> np.ndarray:
+                    max_rows: int = 8192) -> np.ndarray:
     """ids [N, S] right-padded streams -> accepted [N, S]: for every anchor P <= p <= L-2, how
-    many leading proposals d_1..d_n equal t_{p+1}..t_{p+n} (0 elsewhere)."""
+    many leading proposals d_1..d_n equal t_{p+1}..t_{p+n} (0 elsewhere). Anchors go through
+    the draft in packed chunks of at most `max_rows` proposal rows (logits [rows, V])."""
     taps = target_taps(target, ids, draft.cfg.tap_layer_ids)
     accepted = np.zeros(ids.shape, dtype=np.int64)
     stream = ids.cpu().numpy()
     width = int(max(lengths - 1 - prompt_lens))
+    chunk = max(1, max_rows // (len(ids) * n_draft))
     for first in range(0, width, chunk):
         offsets = np.arange(first, min(first + chunk, width))
         anchors = np.minimum(prompt_lens[:, None] + offsets, lengths[:, None] - 2)
@@ -66,11 +68,14 @@ def accepted_counts(draft: DFlashDraft, target, embed, lm_head, ids: torch.Tenso
 
 
 def evaluate(draft: DFlashDraft, target, tokenizer, prompts: Sequence[Prompt], *,
-             temperature: float, max_new_tokens: int, n_draft: int, batch: int) -> dict:
-    """tau overall and per category over `prompts`, at `temperature`."""
+             temperature: float, max_new_tokens: int, n_drafts: Sequence[int],
+             batch: int) -> dict[str, dict]:
+    """{n_draft: {category or "all": tau, cycles, accepted, answer tokens}} over `prompts` at
+    `temperature`, for every proposal count in n_drafts (a cycle proposing n accepts
+    min(accepted at n_max, n): the same leading matches, cut at n)."""
     device = target.lm_head.weight.device
     embed, lm_head = target.model.embed_tokens.weight, target.lm_head.weight
-    cycles: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # cycles, accepted, tokens
+    scored = []  # (category, accepted [S], answer start, stream length) per prompt
     for first in range(0, len(prompts), batch):
         group = list(range(first, min(first + batch, len(prompts))))
         prompt_ids = [tokenizer.encode(prompts[i].text, chat=True) for i in group]
@@ -79,21 +84,29 @@ def evaluate(draft: DFlashDraft, target, tokenizer, prompts: Sequence[Prompt], *
         streams = [p + a for p, (a, _) in zip(prompt_ids, answers)]
         lengths = np.array([len(s) for s in streams])
         prompt_lens = np.array([len(p) for p in prompt_ids])
-        keep = lengths - prompt_lens >= 2
-        ids = torch.zeros((len(streams), int(lengths.max())), dtype=torch.long)
-        for row, stream in enumerate(streams):
-            ids[row, : len(stream)] = torch.tensor(stream)
-        accepted = accepted_counts(draft, target, embed, lm_head, ids[keep].to(device),
-                                   lengths[keep], prompt_lens[keep], n_draft)
-        for row, i in enumerate(np.flatnonzero(keep)):
-            c, a = walk_cycles(accepted[row], prompt_lens[i], lengths[i])
-            for key in (prompts[group[i]].category, "all"):
-                cycles[key] = [cycles[key][0] + c, cycles[key][1] + a,
-                               cycles[key][2] + int(lengths[i] - prompt_lens[i])]
+        keep = np.flatnonzero(lengths - prompt_lens >= 2)
+        ids = torch.zeros((len(keep), int(lengths.max())), dtype=torch.long)
+        for row, i in enumerate(keep):
+            ids[row, : lengths[i]] = torch.tensor(streams[i])
+        accepted = accepted_counts(draft, target, embed, lm_head, ids.to(device), lengths[keep],
+                                   prompt_lens[keep], max(n_drafts))
+        scored += [(prompts[group[i]].category, accepted[row], prompt_lens[i], lengths[i])
+                   for row, i in enumerate(keep)]
+        tau = summarize(scored, max(n_drafts))["all"]["tau"]
         say("eval", f"T={temperature}: {group[-1] + 1}/{len(prompts)} prompts, tau so far "
-            f"{_tau(cycles['all']):.3f}")
+            f"{tau:.3f} (n_draft {max(n_drafts)})")
+    return {str(n): summarize(scored, n) for n in n_drafts}
+
+
+def summarize(scored: list[tuple], n_draft: int) -> dict[str, dict]:
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # cycles, accepted, tokens
+    for category, accepted, start, length in scored:
+        cycles, total = walk_cycles(np.minimum(accepted, n_draft), start, length)
+        for key in (category, "all"):
+            counts[key] = [counts[key][0] + cycles, counts[key][1] + total,
+                           counts[key][2] + int(length - start)]
     return {key: {"tau": round(_tau(v), 4), "cycles": v[0], "accepted": v[1], "tokens": v[2]}
-            for key, v in sorted(cycles.items())}
+            for key, v in sorted(counts.items())}
 
 
 def _tau(counts: list[int]) -> float:

@@ -95,9 +95,10 @@ def plan_jobs(prompts: list[Prompt], prompt_ids: list[int], encode, num_samples:
 def run_generate(model, tokenizer, prompts: list[Prompt], prompt_ids: list[int], out: Path,
                  log: RunLog, *, num_samples: int, temperature: float, seed: int,
                  max_new_tokens: int, batch: int, max_seconds: float | None,
+                 max_tokens: int = data_io.MAX_TOKENS,
                  existing: data_io.Sequences | None = None) -> data_io.Sequences:
-    """Generate every job not in `existing` (or until max_seconds), saving to `out` as it goes
-    (every SAVE_EVERY_SECONDS and at the end)."""
+    """Generate every job not in `existing`, until max_seconds or max_tokens (the file's
+    bound), saving to `out` as it goes (every SAVE_EVERY_SECONDS and at the end)."""
     categories = list(CATEGORIES)
     data = existing or data_io.empty({"categories": categories})
     data.meta.update(temperature=temperature, seed=seed, max_new_tokens=max_new_tokens)
@@ -109,6 +110,9 @@ def run_generate(model, tokenizer, prompts: list[Prompt], prompt_ids: list[int],
     for chunk in batches(jobs, batch):
         if max_seconds and progress.elapsed() + batch_seconds > max_seconds:
             say("generate", f"time budget reached after {done_jobs} jobs")
+            break
+        if data.num_tokens + len(chunk) * (max_new_tokens + len(chunk[-1].ids)) > max_tokens:
+            say("generate", f"{data.num_tokens} tokens: the data file is full")
             break
         tick = time.time()
         data, count = _run_chunk(model, tokenizer, prompts, categories, chunk, data,

@@ -14,6 +14,7 @@ import itertools
 import json
 import random
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +196,17 @@ def make_prompts(seed: int = DEFAULT_SEED, per_category: int = DEFAULT_PER_CATEG
 def split(prompts: list[Prompt]) -> tuple[list[Prompt], list[Prompt]]:
     """(training, held-out)."""
     return ([p for p in prompts if not p.is_held_out], [p for p in prompts if p.is_held_out])
+
+
+def interleaved(prompts: list[Prompt]) -> list[Prompt]:
+    """The prompts category by category in turn (each category's first, then second, ...), so
+    any prefix of the list covers the categories evenly."""
+    rank: dict[str, int] = defaultdict(int)
+    keyed = []
+    for index, p in enumerate(prompts):
+        keyed.append((rank[p.category], list(CATEGORIES).index(p.category), index, p))
+        rank[p.category] += 1
+    return [p for *_, p in sorted(keyed, key=lambda k: k[:3])]
 
 
 def write_prompts(prompts: list[Prompt], path: Path) -> None:

@@ -28,7 +28,7 @@ from tools.dflash_train.target import target_taps
 class TrainConfig:
     lr: float = 6e-4
     min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
+    warmup_steps: int = 100
     batch: int = 32  # sequences per step
     anchors: int = 64  # blocks per sequence per step
     gamma: float = 7.0
