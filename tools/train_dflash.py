@@ -14,29 +14,33 @@ LM head frozen and not saved. Code: tools/dflash_train/ (one concept a module).
     python tools/train_dflash.py export   --checkpoint RUN/ckpt --draft-out RUN/draft
     python tools/train_dflash.py all      --out RUN --generate-seconds G --train-seconds T
 
-A run folder RUN holds data.npz (uint16 ids, < 16 MB for ~4M tokens), ckpt/ (checkpoint.json
-and <= 15 MB safetensors shards: fp32 weights, bf16 Adam moments; ~43 MB for the default
-5.4M-parameter draft), draft/ (config.json + model.safetensors, float16, ~11 MB) and log.json
-(settings, progress events, results of every phase). Every phase prints progress (step, loss,
-tau estimate, tokens/s, ETA) and stops cleanly at its time budget, keeping what it has.
+A run folder RUN holds data.npz (uint16 ids; capped at 7M tokens, < 15 MB), ckpt/
+(checkpoint.json + three <= 15 MB safetensors shards: fp32 weights, bf16 Adam moments; 43.4 MB
+for the default draft), draft/ (config.json + float16 model.safetensors, 10.8 MB) and log.json
+(settings, progress events and results of every phase). Every phase prints progress (steps,
+loss, tau estimate, tokens/s, ETA) and stops cleanly at its time budget, keeping what it has.
+
+Default draft (5.42M parameters): 2 layers, MLP 768, block 16, gamma 7, taps 1,14,27 (z-lab's
+spacing), mask token 16 (<empty_output>: an untrained special token), AdamW lr 6e-4, 100 warmup
+steps, cosine to 6e-5, 32 sequences x 64 anchors a step. Eval reports tau for n_draft 15, 7, 3.
 
 On the GPU machine (Python 3.12, torch 2.11 + CUDA 13, transformers 5.17, numpy, safetensors,
-tokenizers, jinja2; no `gguf`, no `onnx`, no network):
-  1. carry the repo, the gguf wheel and the GGUF parts; then
-     pip install --no-deps gguf-*.whl && cat SmolLM2-135M-Instruct.Q4_1.gguf.part* > smollm2.gguf
-     (gguf imports yaml, which transformers already requires; onnx is not needed: the tool
-     loads cellspec.export's readers without running cellspec/export/__init__.py)
-  2. first run (~9 min): generate 200 s, train 230 s, eval + export ~40 s:
-     python tools/train_dflash.py all --target smollm2.gguf --out $OUT/run1 \\
-         --generate-seconds 200 --gen-batch 512 --train-seconds 230 --steps 0 \\
-         --plan-seconds 700 --eval-prompts 128
-     (--plan-seconds 700 plans the cosine over this run and the next; bring back everything
-     under $OUT/run1: data.npz, log.json, ckpt/*, draft/*: 8 files, < 64 MB)
-  3. second run, continuing the same schedule on the same data:
-     python tools/train_dflash.py all --target smollm2.gguf --out $OUT/run2 \\
-         --data run1/data.npz --generate-seconds 0 --resume run1/ckpt --train-seconds 440 \\
-         --eval-prompts 0
-  4. here: export the artifact with cellspec (`draft=run2/draft`) and measure tau in cellspec.
+tokenizers, jinja2; no `gguf`, no `onnx`, no network): install the carried gguf wheel
+(`pip install --no-deps gguf-*.whl`; its yaml import is satisfied by transformers' pyyaml) and
+join the GGUF parts (`cat SmolLM2-135M-Instruct.Q4_1.gguf.part* > smollm2.gguf`). onnx is not
+needed: cellspec.export's readers load without running cellspec/export/__init__.py.
+
+  run 1 (~8.5 min): generate <= 240 s, train 200 s (schedule planned for 600 s of training),
+  eval on the 205 held-out prompts at T=0 and 0.7, no draft export (8 files / 64 MB limit):
+     python tools/train_dflash.py all --target smollm2.gguf --out $OUT/run1 --no-export \
+         --generate-seconds 240 --samples 5 --gen-batch 1024 \
+         --train-seconds 200 --steps 0 --plan-seconds 600 --eval-batch 128
+     brings back data.npz, log.json, ckpt/ (6 files, <= 59 MB)
+  run 2 (~8 min): the same schedule continued on the same data, then eval and export:
+     python tools/train_dflash.py all --target smollm2.gguf --out $OUT/run2 \
+         --data run1/data.npz --generate-seconds 0 --resume run1/ckpt --train-seconds 400
+     brings back log.json, ckpt/, draft/ (7 files, 54 MB)
+  then here: cellspec.export.export(gguf, out, ExportConfig(...), draft="run2/draft").
 """
 
 from __future__ import annotations

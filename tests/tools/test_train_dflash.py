@@ -137,3 +137,15 @@ def test_spread_taps_is_zlab_choice():
     assert spread_taps(30, 3) == (1, 14, 27)
 
 
+
+
+def test_learning_rate_warms_up_holds_until_planned_then_decays():
+    from tools.dflash_train.train import TrainConfig, learning_rate
+
+    cfg = TrainConfig(lr=1e-3, min_lr_ratio=0.1, warmup_steps=10)
+    assert learning_rate(cfg, 0, 100) == pytest.approx(1e-4)
+    assert learning_rate(cfg, 9, 100) == pytest.approx(1e-3)
+    assert learning_rate(cfg, 50, 0) == 1e-3  # total_steps 0: the schedule is not planned yet
+    assert learning_rate(cfg, 55, 100) == pytest.approx(0.55e-3)  # half way down the cosine
+    assert learning_rate(cfg, 100, 100) == pytest.approx(1e-4)
+    assert learning_rate(cfg, 150, 100) == pytest.approx(1e-4)

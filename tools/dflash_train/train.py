@@ -40,9 +40,11 @@ class TrainConfig:
 
 def learning_rate(cfg: TrainConfig, step: int, total_steps: int) -> float:
     """Linear warmup over warmup_steps, then cosine from lr to min_lr_ratio * lr at
-    total_steps (flat after)."""
+    total_steps (flat after); total_steps 0 (not planned yet) holds the peak."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
+    if total_steps == 0:
+        return cfg.lr
     span = max(1, total_steps - cfg.warmup_steps)
     progress = min(1.0, (step - cfg.warmup_steps) / span)
     floor = cfg.min_lr_ratio * cfg.lr
