@@ -1,0 +1,188 @@
+"""tools/train_dflash.py end to end on a tiny random Llama with a real tokenizer and chat
+template: generate -> train -> resume -> eval -> export, and cellspec running the export."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tests.tools.conftest import COMMON, DRAFT, train  # noqa: E402 (after the importorskips)
+from tools.dflash_train import checkpoint as ckpt_io  # noqa: E402
+from tools.dflash_train import data as data_io  # noqa: E402
+from tools.dflash_train.cli import run  # noqa: E402
+from tools.dflash_train.config import DraftConfig  # noqa: E402
+from tools.dflash_train.evaluate import speculative_decode, walk_cycles  # noqa: E402
+from tools.dflash_train.model import DFlashDraft  # noqa: E402
+from tools.dflash_train.prompts import make_prompts  # noqa: E402
+
+# -- a tiny end-to-end run ------------------------------------------------------------------
+
+
+def test_generate_writes_chat_formatted_training_data(generated, tiny_target):
+    from tools.dflash_train.target import chat_tokenizer, load_target_checkpoint
+
+    data = data_io.load(generated / "data.npz")
+    assert len(data) == 24 and sorted(set(data.sample_ids.tolist())) == [0, 1]
+    prompts = make_prompts(0, 40)
+    assert not any(prompts[i].is_held_out for i in data.prompt_ids)
+    tokenizer = chat_tokenizer(load_target_checkpoint(tiny_target))
+    for i in range(len(data)):
+        prompt = tokenizer.encode(prompts[data.prompt_ids[i]].text, chat=True)
+        assert data.sequence(i)[: data.prompt_lens[i]].tolist() == prompt
+        answer = data.sequence(i)[data.prompt_lens[i]:].tolist()
+        assert 1 <= len(answer) <= 10 and data.is_finished[i] == (answer[-1] in (1, 3))
+    log = json.loads((generated / "log.json").read_text())
+    assert log["generate"][0]["sequences"] == 24
+
+
+def test_resume_continues_the_same_steps(generated, tiny_target, tmp_path):
+    exact = ["--moments-dtype", "float32"]  # bf16 moments would round once at the resume
+    straight_meta, straight = train(tmp_path / "a", generated, tiny_target, "--steps", "4", *exact)
+    train(tmp_path / "b", generated, tiny_target, "--steps", "4", "--run-steps", "2", *exact)
+    half_meta, _ = ckpt_io.load_checkpoint(tmp_path / "b" / "ckpt")
+    assert half_meta["state"]["step"] == 2
+    resumed_meta, resumed = train(tmp_path / "c", generated, tiny_target, "--resume",
+                                  str(tmp_path / "b" / "ckpt"))
+    assert resumed_meta["state"]["step"] == straight_meta["state"]["step"] == 4
+    assert resumed_meta["state"]["rng"] == straight_meta["state"]["rng"]
+    assert straight.keys() == resumed.keys()
+    assert len(straight) == 3 * len(DFlashDraft(DraftConfig(**straight_meta["draft"])).state_dict())
+    for name in straight:
+        assert torch.equal(straight[name], resumed[name]), name
+
+
+def test_loss_falls_when_overfitting(overfit):
+    losses = overfit[1]
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), losses
+
+
+def test_eval_cycles_equal_the_literal_speculative_loop(overfit, generated, tiny_target):
+    from tools.dflash_train.evaluate import accepted_counts
+    from tools.dflash_train.generate import decode_batch
+    from tools.dflash_train.target import build_target, load_target_checkpoint
+
+    draft = overfit[0]
+    target = build_target(load_target_checkpoint(tiny_target), "cpu")
+    data = data_io.load(generated / "data.npz")
+    greedy = np.flatnonzero(data.sample_ids == 0)[:8]
+    prompts = [data.sequence(i)[: data.prompt_lens[i]].tolist() for i in greedy]
+    streams = decode_batch(target, prompts, 10, (1, 3), 0.0, [0] * len(prompts))
+    total = 0
+    for prompt, (answer, _) in zip(prompts, streams):
+        literal = speculative_decode(draft, target, prompt, 10, (1, 3), n_draft=4)
+        ids = torch.tensor([prompt + answer])
+        accepted = accepted_counts(draft, target, target.model.embed_tokens.weight,
+                                   target.lm_head.weight, ids, np.array([ids.shape[1]]),
+                                   np.array([len(prompt)]), 4)
+        walked = walk_cycles(accepted[0], len(prompt), ids.shape[1])
+        assert literal == (answer, *walked)
+        total += walked[1]
+    assert total > 0  # the trained draft gets proposals accepted: the check is not vacuous
+
+
+def test_export_is_accepted_by_cellspec(overfit, tiny_target, tmp_path):
+    from cellspec.export import ExportConfig, export
+    from tests.reference.dflash_ref import DFlashDraftRef, make_config
+
+    draft = overfit[0]
+    files = ckpt_io.export_draft(tmp_path / "draft", draft.cfg, draft.state_dict())
+    assert [f.name for f in files] == ["config.json", "model.safetensors"]
+    manifest = export(tiny_target, tmp_path / "artifact",
+                      ExportConfig(max_context=512, max_cells=1024), progress=False,
+                      draft=tmp_path / "draft")
+    assert manifest.draft.block_size == 5 and manifest.draft.mask_token_id == 300
+    config = json.loads((tmp_path / "draft" / "config.json").read_text())
+    from safetensors.torch import load_file
+
+    ref = DFlashDraftRef(make_config(config), 2)
+    ref.load_state_dict({k: v.float() for k, v in
+                         load_file(str(tmp_path / "draft" / "model.safetensors")).items()})
+    for name, tensor in draft.state_dict().items():  # float16 of the trained weights
+        assert torch.equal(ref.state_dict()[name], tensor.half().float()), name
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_cellspec_runtime_commits_the_cycles_eval_counts(overfit, generated, tiny_target,
+                                                         tmp_path, temperature):
+    """The exported draft in cellspec's DFlash runtime: same cycles and accepted proposals as
+    the torch evaluation, greedy and sampled (session seeds EVAL_SEED + i)."""
+    from cellspec import LLM, SamplingParams
+    from cellspec.export import ExportConfig, export
+    from tools.dflash_train.evaluate import EVAL_SEED, evaluate
+    from tools.dflash_train.target import build_target, chat_tokenizer, load_target_checkpoint
+
+    draft = overfit[0]
+    ckpt_io.export_draft(tmp_path / "draft", draft.cfg, draft.state_dict(), "float32")
+    export(tiny_target, tmp_path / "artifact", ExportConfig(max_context=512, max_cells=1024),
+           progress=False, draft=tmp_path / "draft")
+    data = data_io.load(generated / "data.npz")
+    prompts = make_prompts(0, 40)
+    chosen = [prompts[i] for i in data.prompt_ids[data.sample_ids == 0][:8]]
+    ckpt = load_target_checkpoint(tiny_target)
+    ours = evaluate(draft, build_target(ckpt, "cpu"), chat_tokenizer(ckpt), chosen,
+                    temperature=temperature, max_new_tokens=10, n_drafts=(4,), batch=8)
+    ours = ours["4"]["all"]
+    llm = LLM(tmp_path / "artifact", max_sessions=8, threads=1)
+    llm.generate([p.text for p in chosen],
+                 [SamplingParams(max_tokens=10, temperature=temperature, seed=EVAL_SEED + i)
+                  for i in range(len(chosen))])
+    stats = llm.executor.stats
+    assert (stats.cycles, stats.accepted) == (ours["cycles"], ours["accepted"])
+    assert temperature > 0 or ours["accepted"] > 0
+
+
+def test_batched_decoding_equals_each_prompt_alone(tiny_target):
+    from tools.dflash_train.generate import decode_batch
+    from tools.dflash_train.target import build_target, chat_tokenizer, load_target_checkpoint
+
+    ckpt = load_target_checkpoint(tiny_target)
+    target, tokenizer = build_target(ckpt, "cpu"), chat_tokenizer(ckpt)
+    prompts = [tokenizer.encode(p.text, chat=True) for p in make_prompts(0, 40)[::97][:5]]
+    assert len({len(p) for p in prompts}) > 1  # left padding is exercised
+    for temperature in (0.0, 0.7):
+        seeds = [11, 12, 13, 14, 15]
+        together = decode_batch(target, prompts, 12, (1, 3), temperature, seeds)
+        alone = [decode_batch(target, [p], 12, (1, 3), temperature, [s])[0]
+                 for p, s in zip(prompts, seeds)]
+        assert together == alone
+
+
+def test_checkpoint_shards_are_bounded_and_bf16_moments_resume(generated, tiny_target,
+                                                               tmp_path):
+    meta, tensors = train(tmp_path / "a", generated, tiny_target, "--steps", "3")
+    assert meta["moments_dtype"] == "bfloat16"
+    assert all(t.dtype == torch.bfloat16 for n, t in tensors.items() if not n.startswith("model"))
+    draft = DFlashDraft(DraftConfig(**meta["draft"]))
+    optimizer = torch.optim.AdamW(draft.parameters())
+    draft(torch.zeros(1, 3, 128), torch.zeros(1, 5, 64), torch.arange(3)[None],
+          torch.arange(3, 8)[None], torch.ones(1, 5, 8, dtype=torch.bool)).sum().backward()
+    optimizer.step()
+    size = ckpt_io.save_checkpoint(tmp_path / "small", draft, optimizer, {}, "bfloat16", 40_000)
+    files = sorted((tmp_path / "small").iterdir())
+    assert len(files) > 3 and all(f.stat().st_size <= 40_000 for f in files)
+    assert size == sum(f.stat().st_size for f in files)
+    _, reloaded = ckpt_io.load_checkpoint(tmp_path / "small")
+    assert all(torch.equal(reloaded[f"model.{n}"], p) for n, p in draft.named_parameters())
+    resumed, _ = train(tmp_path / "b", generated, tiny_target, "--resume",
+                       str(tmp_path / "a" / "ckpt"), "--steps", "5")
+    assert resumed["state"]["step"] == 5 and resumed["train"]["moments_dtype"] == "bfloat16"
+
+
+def test_all_runs_every_phase_into_one_folder(tiny_target, tmp_path):
+    out = tmp_path / "run"
+    run(["all", "--target", str(tiny_target), "--out", str(out), *COMMON, *DRAFT, "--limit",
+         "6", "--samples", "0", "--max-new-tokens", "8", "--steps", "4", "--eval-prompts", "3",
+         "--eval-max-new-tokens", "6", "--generate-seconds", "60", "--train-seconds", "60"])
+    log = json.loads((out / "log.json").read_text())
+    assert list(log) == ["generate", "train", "eval"]
+    assert log["train"][0]["step"] == 4
+    assert set(log["eval"][0]["results"]) == {"0.0", "0.7"}
+    assert set(log["eval"][0]["results"]["0.0"]) == {"4", "3"}  # block 5: n_draft 4 (and 3)
+    names = {str(f.relative_to(out)) for f in out.rglob("*") if f.is_file()}
+    assert names == {"data.npz", "log.json", "ckpt/checkpoint.json", "ckpt/shard-00.safetensors",
+                     "draft/config.json", "draft/model.safetensors"}

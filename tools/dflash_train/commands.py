@@ -1,0 +1,188 @@
+"""The subcommands: each parses nothing, calls the modules and prints (cli.py parses)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import torch
+
+from tools.dflash_train import checkpoint as ckpt_io
+from tools.dflash_train import data as data_io
+from tools.dflash_train import prompts as prompt_set
+from tools.dflash_train.blocks import default_gamma
+from tools.dflash_train.config import DraftConfig, spread_taps
+from tools.dflash_train.evaluate import evaluate
+from tools.dflash_train.generate import run_generate
+from tools.dflash_train.model import DFlashDraft
+from tools.dflash_train.progress import RunLog, say
+from tools.dflash_train.session import RunLimits, make_trainer, resume_trainer, run_training
+from tools.dflash_train.target import build_target, chat_tokenizer, load_target_checkpoint
+from tools.dflash_train.train import TrainConfig, TrainState
+
+CHECKPOINT_BUDGET_BYTES = 48_000_000
+DATA_NAME, CHECKPOINT_NAME, DRAFT_NAME = "data.npz", "ckpt", "draft"
+
+
+def device_of(args: argparse.Namespace) -> torch.device:
+    name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def cmd_prompts(args: argparse.Namespace) -> None:
+    prompts = prompt_set.make_prompts(args.seed, args.per_category)
+    train, held_out = prompt_set.split(prompts)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    prompt_set.write_prompts(prompts, args.out)
+    counts = {c: sum(p.category == c for p in prompts) for c in prompt_set.CATEGORIES}
+    say("prompts", f"{len(prompts)} prompts ({len(train)} training, {len(held_out)} held out), "
+        f"fingerprint {prompt_set.fingerprint(prompts)} -> {args.out}")
+    say("prompts", json.dumps(counts))
+
+
+def training_prompts(args) -> tuple[list[prompt_set.Prompt], list[int]]:
+    """The prompt set and the ids of its training prompts (the first --limit of them)."""
+    prompts = prompt_set.make_prompts(args.prompt_seed, args.per_category)
+    ids = [i for i, p in enumerate(prompts) if not p.is_held_out]
+    return prompts, ids[: args.limit] if args.limit else ids
+
+
+def cmd_generate(args: argparse.Namespace, ckpt=None) -> data_io.Sequences:
+    ckpt = ckpt or load_target_checkpoint(args.target)
+    device = device_of(args)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.gen_dtype]
+    target = build_target(ckpt, device, dtype)
+    tokenizer = chat_tokenizer(ckpt)
+    prompts, ids = training_prompts(args)
+    out = args.out / DATA_NAME
+    source = args.data or (out if out.is_file() else None)
+    existing = data_io.load(source) if source else None
+    settings = {k: str(v) for k, v in vars(args).items() if k != "func"}
+    log = RunLog(args.out, "generate", {**settings, "device": str(device),
+                                        "prompt_fingerprint": prompt_set.fingerprint(prompts)})
+    data = run_generate(target, tokenizer, prompts, ids, out, log, num_samples=args.samples,
+                        temperature=args.temperature, seed=args.seed_gen,
+                        max_new_tokens=args.max_new_tokens, batch=args.gen_batch,
+                        max_seconds=args.generate_seconds, existing=existing)
+    data.meta["prompt_fingerprint"] = prompt_set.fingerprint(prompts)
+    data_io.save(data, out)
+    return data
+
+
+def default_mask_token(ckpt) -> int:
+    """The highest-id special token that is not bos/eos/pad and that the chat format never
+    writes (SmolLM2: 16, <empty_output>; its embedding row equals those of the other unused
+    specials up to Q4_1 rounding, i.e. it was never trained and never occurs in chat data)."""
+    config, tokenizer = ckpt.config, chat_tokenizer(ckpt)
+    used = set(tokenizer.encode("hello", chat=True)) | set(tokenizer.eos_token_ids)
+    used |= {config.get("bos_token_id"), config.get("pad_token_id")}
+    specials = [t["id"] for t in json.loads(ckpt.tokenizer_json).get("added_tokens", [])
+                if t.get("special") and t["id"] not in used]
+    if not specials:
+        raise SystemExit("no unused special token to mask with: pass --mask-token-id")
+    return max(specials)
+
+
+def draft_config(args, ckpt) -> DraftConfig:
+    depth = ckpt.config["num_hidden_layers"]
+    taps = tuple(args.taps) if args.taps else spread_taps(depth, args.num_taps)
+    mask = args.mask_token_id if args.mask_token_id is not None else default_mask_token(ckpt)
+    return DraftConfig.for_target(ckpt.config, num_layers=args.layers, block_size=args.block_size,
+                                  taps=taps, mask_token_id=mask,
+                                  intermediate_size=args.intermediate_size)
+
+
+def train_overrides(args) -> dict:
+    """TrainConfig fields given on the command line (None = not given)."""
+    names = {f.name for f in fields(TrainConfig)}
+    return {k: v for k, v in vars(args).items() if k in names and v is not None}
+
+
+def cmd_train(args: argparse.Namespace, ckpt=None, data=None) -> Path:
+    ckpt = ckpt or load_target_checkpoint(args.target)
+    device = device_of(args)
+    amp = device.type == "cuda" if args.amp is None else args.amp
+    data = data or data_io.load(args.data or args.out / DATA_NAME)
+    folder = args.out / CHECKPOINT_NAME
+    if args.resume:
+        trainer, state = resume_trainer(ckpt, args.resume, train_overrides(args), device, amp)
+    else:
+        cfg = draft_config(args, ckpt)
+        overrides = {"gamma": default_gamma(cfg.block_size), **train_overrides(args)}
+        trainer = make_trainer(ckpt, cfg, TrainConfig(**overrides), device, amp)
+        state = TrainState(seed=trainer.cfg.seed)
+        _check_budget(cfg, trainer.cfg.moments_dtype)
+    if args.steps is not None:
+        state.total_steps = args.steps
+    limits = RunLimits(args.train_seconds, args.plan_seconds, args.run_steps, args.save_every)
+    log = RunLog(args.out, "train", {"draft": trainer.draft.cfg.to_dict(),
+                                     "train": asdict(trainer.cfg), "device": str(device),
+                                     "amp": amp, "data": data.fingerprint(),
+                                     "resume": str(args.resume or "")})
+    say("train", f"draft {trainer.draft.cfg.num_params() / 1e6:.2f}M parameters, "
+        f"{len(data)} sequences, {data.num_tokens} tokens, device {device}, amp {amp}")
+    run_training(trainer, state, data, folder, log, limits)
+    return folder
+
+
+def _check_budget(cfg: DraftConfig, moments_dtype: str) -> None:
+    size = ckpt_io.checkpoint_bytes(cfg, moments_dtype)
+    if size > CHECKPOINT_BUDGET_BYTES:
+        say("train", f"WARNING: a checkpoint of this draft is {size / 1e6:.1f} MB, over the "
+            f"{CHECKPOINT_BUDGET_BYTES / 1e6:.0f} MB one GPU run can bring back")
+
+
+def load_draft(folder: Path, device: torch.device) -> DFlashDraft:
+    """A draft from a training checkpoint (checkpoint.json) or an exported z-lab folder."""
+    if (folder / ckpt_io.META_NAME).is_file():
+        meta, tensors = ckpt_io.load_checkpoint(folder)
+        cfg, state = DraftConfig(**meta["draft"]), ckpt_io.model_state(tensors)
+    else:
+        from tools.dflash_train.target import import_cellspec_export
+
+        import_cellspec_export()
+        from cellspec.export.checkpoint import load_checkpoint
+
+        exported = load_checkpoint(folder)
+        cfg = DraftConfig.from_zlab(exported.config)
+        state = {n: torch.from_numpy(exported.tensors[n]).float() for n in exported.tensors}
+    draft = DFlashDraft(cfg)
+    draft.load_state_dict(state)
+    return draft.to(device).eval().requires_grad_(False)
+
+
+def cmd_eval(args: argparse.Namespace, ckpt=None) -> dict:
+    ckpt = ckpt or load_target_checkpoint(args.target)
+    device = device_of(args)
+    draft = load_draft(args.checkpoint, device)
+    target, tokenizer = build_target(ckpt, device), chat_tokenizer(ckpt)
+    prompts = prompt_set.make_prompts(args.prompt_seed, args.per_category)
+    chosen = prompt_set.interleaved([p for p in prompts
+                                     if p.is_held_out == (args.split == "held-out")])
+    chosen = chosen[: args.eval_prompts] if args.eval_prompts else chosen
+    limit = draft.cfg.block_size - 1
+    n_drafts = sorted({min(n, limit) for n in (args.n_draft or [limit, 7, 3])}, reverse=True)
+    log = RunLog(args.out, "eval", {"checkpoint": str(args.checkpoint), "prompts": len(chosen),
+                                    "split": args.split, "n_drafts": n_drafts})
+    results = {}
+    for temperature in args.temperatures:
+        tick = time.time()
+        results[str(temperature)] = evaluate(draft, target, tokenizer, chosen,
+                                             temperature=temperature, n_drafts=n_drafts,
+                                             max_new_tokens=args.max_new_tokens_eval,
+                                             batch=args.eval_batch)
+        for n, table in results[str(temperature)].items():
+            line = "  ".join(f"{k} {v['tau']:.2f}" for k, v in table.items())
+            say("eval", f"T={temperature} n_draft={n} ({time.time() - tick:.0f} s) tau: {line}")
+    log.finish(results=results)
+    return results
+
+
+def cmd_export(args: argparse.Namespace) -> list[Path]:
+    draft = load_draft(args.checkpoint, torch.device("cpu"))
+    files = ckpt_io.export_draft(args.draft_out, draft.cfg, draft.state_dict(), args.dtype)
+    say("export", ", ".join(f"{f.name} {f.stat().st_size / 1e6:.1f} MB" for f in files))
+    return files
