@@ -12,10 +12,11 @@ that the new form makes dead) change.
   [S, Q, H * D]. Any provider runs it; it costs about fifteen nodes per attention.
 - `attention_for_cuda`: ONNX Runtime's CUDA `GroupQueryAttention` (com.microsoft; flash or
   memory-efficient attention, float16/bfloat16, causal) takes a right-padded past
-  [S, KV, N, D] with each row's valid length in `seqlens_k` (a device tensor: a captured CUDA
-  graph replays it as it changes) and appends the Q new tokens after it. The target's causal
-  attention over [cell_table cells ; new tokens] is exactly that once its gathered cells are
-  the past: such nodes become GroupQueryAttention reading two new graph inputs the runtime
+  [S, KV, T, D] with each row's valid length in `seqlens_k` (a device tensor: a captured CUDA
+  graph replays it as it changes) and writes the Q new tokens after it, in place when the
+  present has the past's shape. The target's causal attention over [cell_table cells ; new
+  tokens] is exactly that with [cells ; new tokens] (T = N + Q) as the past: such nodes become
+  GroupQueryAttention reading two new graph inputs the runtime
   feeds when a graph has them, `attn_seqlens [S]` int32 (lengths[s] + Q - 1) and `attn_total`
   int32 scalar (N + Q, in host memory, as the op wants it). The others (float32 inputs, sliding
   windows, the draft's non-causal blocks) are decomposed. (The opset-23 Attention's own CUDA
@@ -41,7 +42,8 @@ CONTRIB = "com.microsoft"
 
 def grouped_feeds(lengths: np.ndarray, num_cells: int, width: int) -> dict[str, np.ndarray]:
     """The inputs `attention_for_cuda` adds, for rows whose sequences have `lengths` [S] cells
-    in a step of `num_cells` cells read and `width` tokens per row."""
+    in a step of `num_cells` cells read and `width` tokens per row: the total length is the
+    past buffer's, N + Q, so that the present has the past's shape."""
     return {ATTN_SEQLENS: (lengths + width - 1).astype(np.int32),
             ATTN_TOTAL: np.array(num_cells + width, dtype=np.int32)}
 
@@ -179,18 +181,21 @@ def _gathered_past(node: onnx.NodeProto, producers: dict) -> tuple[str, str, str
 
 def _grouped(e: _Emitter, node: onnx.NodeProto, past_k: str, new_k: str, past_v: str,
              new_v: str) -> None:
-    """GroupQueryAttention: the gathered cells as the past [S, KV, N, D], k/v the new tokens
-    only, each row's valid length from attn_seqlens, causal."""
+    """GroupQueryAttention with the past and present in one buffer: [cells ; new tokens]
+    [S, KV, N + Q, D] (the Concat the target already makes) is the past, each row's valid
+    length lengths[s]; the op writes the new tokens at lengths[s] in place (ONNX Runtime
+    reuses the past's buffer for the present, which must then have its shape) and attends
+    causally over the first lengths[s] + Q."""
     attrs = _attributes(node)
     kv_heads, name = attrs["kv_num_heads"], node.name
     # D explicitly (the scale is D ** -0.5): a past of no cells has no size to infer D from
     head_dim = round(attrs["scale"] ** -2)
     shape = e.const([0, 0, kv_heads, head_dim], np.int64, f"/cuda/kv_shape_{head_dim}")
     pasts = []
-    for which, gathered in (("k", past_k), ("v", past_v)):
-        heads = e.node("Reshape", [gathered, shape], f"{name}/{which}_past/Reshape")
+    for which, joined in (("k", node.input[1]), ("v", node.input[2])):
+        heads = e.node("Reshape", [joined, shape], f"{name}/{which}_past/Reshape")
         pasts.append(e.node("Transpose", [heads], f"{name}/{which}_past/Transpose",
-                            perm=[0, 2, 1, 3]))  # [S, KV, N, D]
+                            perm=[0, 2, 1, 3]))  # [S, KV, N + Q, D]
     e.node("GroupQueryAttention", [node.input[0], new_k, new_v, *pasts, ATTN_SEQLENS, ATTN_TOTAL],
            name, outputs=[node.output[0], f"{name}/present_key", f"{name}/present_value"],
            domain=CONTRIB, num_heads=attrs["q_num_heads"], kv_num_heads=kv_heads,

@@ -27,7 +27,7 @@ case "${1:-}" in
         | tail -40
     python3 tools/gpu_bench.py steps --shapes A,B --batches 1,8,32 --out "$OUT"/ab \
         --work "$WORK" 2>&1 | tail -20
-    OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -20
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -20
     ;;
   large)
     python3 tools/gpu_bench.py steps --shapes C --batches 1,8,32 --out "$OUT"/c \

@@ -8,6 +8,7 @@ the whole binding path (buffers by address, staging, commits through pointer tab
 
 from __future__ import annotations
 
+import atexit
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,6 +128,7 @@ class CudaDevice:
             raise InvalidArgument(f"backend ort-cuda: no usable CUDA device {device_id} "
                                   f"({error})") from error
         self.context.push()
+        atexit.register(self.context.pop)  # PyCUDA aborts at exit with a context still pushed
         self.cuda = cuda
         self.stream = cuda.Stream()
         self._commit_kernel = self._gather_kernel = None
