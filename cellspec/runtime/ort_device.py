@@ -112,9 +112,20 @@ class DeviceEngine(Engine):
         self._bind(name, shape, ptr, is_input=True)
 
     def bind_outputs(self, dims: dict[str, int], wanted: Sequence[str]) -> None:
-        for name in wanted:
-            self._bind(name, shape_of(self.outputs[name].shape, dims), self.buffers[name].ptr,
-                       is_input=False)
+        """Bind every output at the step's shape: the wanted ones, and the others the graph
+        computes anyway (a binding left from an earlier step of another shape would be
+        refused). An output whose shape the step's dims do not give is left to ONNX Runtime."""
+        self.active.binding.clear_binding_outputs()
+        for name, spec in self.outputs.items():
+            if name not in self.buffers:
+                continue
+            try:
+                shape = shape_of(spec.shape, dims)
+            except InvalidArgument:
+                if name in wanted:
+                    raise
+                continue
+            self._bind(name, shape, self.buffers[name].ptr, is_input=False)
 
     def run(self, graph_key: tuple | None) -> None:
         import onnxruntime as ort
@@ -332,7 +343,10 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     device = CudaDevice()
     providers = [("CUDAExecutionProvider", {"device_id": "0", "enable_cuda_graph": "1"})]
     sampler = folder / manifest.graphs["sample"] if "sample" in manifest.graphs else None
-    attention = os.environ.get("CELLSPEC_CUDA_ATTENTION", "cuda")
+    # "decomposed" by default: standard ops give the same token alone or in a batch, and with
+    # or without speculation. "cuda" (GroupQueryAttention) is opt-in: measured on the H200 in
+    # float16 it changed tokens between a batch of 8 and each alone (bench/NOTES.md).
+    attention = os.environ.get("CELLSPEC_CUDA_ATTENTION", "decomposed")
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
                             sampler, attention)

@@ -15,6 +15,9 @@ from tests.e2e.test_smollm2 import NEW_TOKENS, PROMPTS
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 SAMPLED = Sampling(temperature=0.7, top_p=0.9)
+PADDED_CELLS = ("float16 on the H200 (2026-11-30): tokens drawn with a temperature change "
+                "with a step's padded shape (its row bucket and cell count: the CUDA kernels' "
+                "float16 sums differ between shapes); greedy tokens held. See bench/NOTES.md")
 
 
 def prompt_ids(artifact):
@@ -48,6 +51,7 @@ def test_float32_greedy_equals_cpu(smollm2_by_dtype):
     assert cuda == cpu
 
 
+@pytest.mark.xfail(strict=True, reason=PADDED_CELLS)
 def test_graph_replay_equals_uncaptured(smollm2_by_dtype):
     artifact = smollm2_by_dtype("float16")
     ids = prompt_ids(artifact)
@@ -60,7 +64,9 @@ def test_graph_replay_equals_uncaptured(smollm2_by_dtype):
     assert not uncaptured.target.engine.graph_ids.ids
 
 
-@pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("sampling", [
+    Sampling(), pytest.param(SAMPLED, marks=pytest.mark.xfail(strict=True, reason=PADDED_CELLS))],
+    ids=["greedy", "sampled"])
 def test_batch_of_eight_equals_each_alone(smollm2_by_dtype, sampling):
     artifact = smollm2_by_dtype("float16")
     ids = (prompt_ids(artifact) * 2)[:8]

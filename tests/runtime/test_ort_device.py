@@ -151,3 +151,27 @@ def onnx_save(model, path):
     import onnx
 
     onnx.save(model, str(path))
+
+
+def test_exact_shapes_after_another_draw_kind(tiny_artifact):
+    """Unpadded steps (no CUDA graphs) of varying row counts, greedy then sampled on one
+    executor: every graph output is rebound at the step's shape (a greedy output left bound
+    at an earlier step's rows was refused by ONNX Runtime)."""
+    from cellspec.runtime.planner import ShapePolicy
+
+    cpu = Executor.load(tiny_artifact, max_sessions=4)
+    bound = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 4), max_sessions=4)
+    bound.target.policy = ShapePolicy()
+    texts = prompts(4, seed=11)
+    for sampling in (GREEDY, SAMPLED, GREEDY):
+        expected = [run_alone(cpu, p, sampling, seed=3 + i, steps=6) for i, p in enumerate(texts)]
+        sids = [bound.open_session() for _ in texts]
+        for i, sid in enumerate(sids):
+            bound.set_sampling(sid, sampling, 3 + i)
+        outs = bound.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
+        firsts = [o.token for o in outs]
+        got = [[f] + rest for f, rest in zip(firsts, decode(bound, sids, firsts, 5))]
+        assert got == expected
+        for sid in sids:
+            bound.close_session(sid)
+    assert not any(key.startswith("static") for key in bound.target.stats)
