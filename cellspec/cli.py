@@ -156,7 +156,8 @@ def make_llm(args: argparse.Namespace, default_sessions: int, chat: bool | None 
     sessions = default_sessions if args.max_sessions is None else args.max_sessions
     return LLM(args.model, backend=args.backend, max_sessions=sessions,
                max_session_tokens=args.max_session_tokens, threads=args.threads, chat=chat,
-               speculation=False if args.no_speculation else None, n_draft=args.n_draft)
+               speculation=False if args.no_speculation else (args.speculation or None),
+               n_draft=args.n_draft)
 
 
 class PrefillProgress:

@@ -145,8 +145,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"where the graphs run (default: {BACKENDS[0]})")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="CPU threads per graph (default: all cores)")
-    parser.add_argument("--no-speculation", action="store_true",
-                        help="plain decoding even when the artifact has a DFlash draft")
+    speculate = parser.add_mutually_exclusive_group()
+    speculate.add_argument("--speculation", action="store_true",
+                           help="DFlash speculation; for the bundled model, export it with its "
+                                "draft (float32 weights) first")
+    speculate.add_argument("--no-speculation", action="store_true",
+                           help="plain decoding even when the artifact has a DFlash draft")
     parser.add_argument("--n-draft", type=int, metavar="N",
                         help="DFlash proposals per cycle (default: the draft's block size - 1)")
 

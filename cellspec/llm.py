@@ -30,8 +30,9 @@ class LLM:
     """A model ready to generate. `model`: an artifact folder, a checkpoint (HF folder or .gguf,
     exported once into the cache) or None for the bundled SmolLM2-135M-Instruct. `chat`: wrap
     prompts in the chat template (default: when the model has one). `speculation`: DFlash
-    speculate-verify cycles (default: when the artifact has a draft); the text is the same
-    either way. `n_draft`: proposals per cycle (default: block size - 1)."""
+    speculate-verify cycles (default: when the artifact has a draft; the bundled model is
+    exported with its draft only when True); the text is the same either way. `n_draft`:
+    proposals per cycle (default: block size - 1)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
@@ -42,7 +43,7 @@ class LLM:
             raise InvalidArgument(f"chat {chat!r}: expected True, False or None")
         if speculation is not None and not isinstance(speculation, bool):
             raise InvalidArgument(f"speculation {speculation!r}: expected True, False or None")
-        self.folder = resolve_model(model, export_config)
+        self.folder = resolve_model(model, export_config, speculation=bool(speculation))
         has_draft = Manifest.load(self.folder).draft is not None
         if speculation and not has_draft:
             raise InvalidArgument(f"speculation=True, but {self.folder} has no draft "

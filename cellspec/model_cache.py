@@ -31,27 +31,34 @@ SOURCE_NAME = "cellspec-source.txt"  # the checkpoint's path, written next to th
 STALE_SECONDS = 600  # a partial export untouched this long was killed, not still writing
 
 
-def bundled_export() -> tuple[ExportConfig, Path | None]:
-    """How the bundled SmolLM2 is exported by default: its own Q4_1/Q8_0 blocks as they are
-    (int4 weights, the fastest on the CPU: bench/NOTES.md) and the shipped DFlash draft."""
+def bundled_export(speculation: bool = False) -> tuple[ExportConfig, Path | None]:
+    """How the bundled SmolLM2 is exported: for plain decoding its own Q4_1/Q8_0 blocks as they
+    are (int4 weights, 2.4x float32's decode speed on the CPU: bench/NOTES.md); to speculate,
+    float32 weights with the shipped DFlash draft (int4 at accuracy level 4 rounds a verify step
+    differently from a plain step, so speculation could change the text)."""
     from cellspec.drafts import bundled_draft
     from cellspec.export.config import ExportConfig
 
-    return ExportConfig(quantize="int4", max_context=2048, max_cells=16384), bundled_draft()
+    if speculation:
+        return ExportConfig(max_context=2048, max_cells=8192), bundled_draft()
+    return ExportConfig(quantize="int4", max_context=2048, max_cells=8192), None
 
 
 def resolve_model(model: str | Path | None, export_config: ExportConfig | None = None,
-                  progress: bool = True) -> Path:
+                  progress: bool = True, speculation: bool = False) -> Path:
     """The artifact folder for `model`: an artifact, a HF checkpoint folder, a `.gguf` file, or
-    None for the bundled SmolLM2-135M-Instruct GGUF (exported as `bundled_export` says unless
-    `export_config` is given); checkpoints are exported on first use."""
+    None for the bundled SmolLM2-135M-Instruct GGUF (exported as `bundled_export(speculation)`
+    says unless `export_config` is given); checkpoints are exported on first use."""
     draft = None
     if model is None:
         from cellspec.export.gguf import find_bundled_gguf
 
         model = find_bundled_gguf()
         if export_config is None:
-            export_config, draft = bundled_export()
+            export_config, draft = bundled_export(speculation)
+            if speculation and draft is None:
+                raise InvalidArgument("speculation=True, but this install has no bundled draft "
+                                      "(cellspec/drafts)")
     if not isinstance(model, (str, Path)):
         raise InvalidArgument(f"model {model!r}: expected a path or None")
     path = Path(model).expanduser()

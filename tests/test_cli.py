@@ -99,6 +99,8 @@ def test_bench_prints_tokens_per_second(artifact):
     (("export", "{art}", "{tmp}/out", "--max-cells", 10**11), "--max-cells 100000000000"),
     (("generate", "x", "--threads", 0, "--model", "{art}"), "threads 0"),
     (("generate", "x", "--temperature", "1e-40", "--model", "{art}"), "temperature 1e-40"),
+    (("generate", "x", "--speculation", "--no-speculation"), "not allowed with argument"),
+    (("generate", "x", "--speculation", "--model", "{art}"), "has no draft"),
 ])
 def test_bad_arguments_print_one_line_and_exit_2(artifact, tmp_path, args, message):
     args = [str(a).format(art=artifact, tmp=tmp_path) for a in args]

@@ -39,6 +39,11 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     sibling of `out` and renamed into place only when complete: when the export fails, `out` is
     left exactly as it was."""
     config = config or ExportConfig()
+    if draft is not None and config.quantize == "int4" and config.accuracy_level != 0:
+        raise InvalidArgument(
+            f"a draft with quantize int4 needs accuracy_level 0, not {config.accuracy_level}: "
+            "at level 4 ONNX Runtime rounds a verify step's rows differently from a plain "
+            "step's, so speculation could change the text (float weights or level 0 keep it)")
     out = _check_out(Path(out), overwrite)
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else _read(Path(checkpoint), progress)
     hp = read_hparams(ckpt.config)
@@ -66,7 +71,8 @@ def _write_artifact(ckpt: Checkpoint, hp: Hparams, config: ExportConfig,
             config.taps, progress, config.quantize, config.accuracy_level)
         drafted = None if draft_ckpt is None else export_draft(
             draft_ckpt, hp, embeddings, store, out, dtype=config.dtype,
-            max_cells=config.resolved_max_cells, max_context=max_context)
+            max_cells=config.resolved_max_cells, max_context=max_context,
+            accuracy_level=config.accuracy_level)
     onnx.save(model, str(out / TARGET_GRAPH))
     if ckpt.tokenizer_json is not None:
         (out / artifact.TOKENIZER_NAME).write_text(ckpt.tokenizer_json)

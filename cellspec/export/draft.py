@@ -104,11 +104,14 @@ def make_draft_context_graph(draft: DraftCheckpoint, store: WeightStore, max_pos
 
 def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: Embeddings,
                            store: WeightStore, max_cells: int, max_positions: int,
-                           dtype: str = "float32") -> onnx.ModelProto:
+                           dtype: str = "float32", accuracy_level: int = 0) -> onnx.ModelProto:
     """tokens [O, block], positions [O, block], cell_table [O, N], attn_mask [O, 1, block,
-    N + block], pools -> logits [O * block, V] float32, proposals [O, block]."""
+    N + block], pools -> logits [O * block, V] float32, proposals [O, block].
+
+    accuracy_level: the borrowed LM head's, when the target's is block-quantized (the
+    target's level: at 0 ONNX Runtime's CPU kernel for 8-bit blocks is over 10x slower)."""
     hp, block = draft.spec.hp, draft.spec.block_size
-    g = GraphBuilder("draft_block", dtype)
+    g = GraphBuilder("draft_block", dtype, accuracy_level)
     w = _DraftWeights(draft, store, g)
     g.input(names.TOKENS, "int64", ["O", block])
     g.input(names.POSITIONS, "int64", ["O", block])
@@ -140,7 +143,7 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
 def export_draft(draft: str | Path | DraftCheckpoint, target: Hparams, embeddings: Embeddings,
                  store: WeightStore, out_dir: str | Path, *, dtype: str = "float32",
                  max_cells: int, max_context: int, max_owners: int = DEFAULT_MAX_OWNERS,
-                 ) -> tuple[DraftMethod, tuple[LayerCache, ...]]:
+                 accuracy_level: int = 0) -> tuple[DraftMethod, tuple[LayerCache, ...]]:
     """Write draft_context.onnx and draft_block.onnx into out_dir (weights into `store`, which
     already holds the target's). Returns the manifest's draft method and draft cache geometry.
     The target graph must return taps of exactly `DraftMethod.tap_layer_ids`, in that order."""
@@ -151,7 +154,8 @@ def export_draft(draft: str | Path | DraftCheckpoint, target: Hparams, embedding
     spec, out_dir = draft.spec, Path(out_dir)
     # a block starting at the last position reaches block_size - 1 positions past the context
     positions = max_context + spec.block_size
-    block = make_draft_block_graph(draft, target, embeddings, store, max_cells, positions, dtype)
+    block = make_draft_block_graph(draft, target, embeddings, store, max_cells, positions, dtype,
+                                   accuracy_level)
     context = make_draft_context_graph(draft, store, positions, dtype)
     onnx.save(context, str(out_dir / CONTEXT_GRAPH))
     onnx.save(block, str(out_dir / BLOCK_GRAPH))

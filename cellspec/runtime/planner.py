@@ -63,11 +63,20 @@ class ShapePolicy:
     batch_buckets: tuple[int, ...] = ()
     min_cells: int = 64
     max_cells: int = 0  # the largest cell bucket (the context bound); 0 = exact shapes only
+    # T > 0: no piece of T * k + 1 tokens; it gets a padding row. ONNX Runtime's CPU kernel
+    # for 4-bit MatMulNBits (accuracy level 4) works in tiles of 128 rows and rounds a row
+    # alone in its tile (M = 1, 129, 257, ...) differently from the same row among others
+    lone_row_tile: int = 0
+    cell_multiple: int = 0  # > 0: exact shapes attend over a multiple of this many cells
 
     def shape(self, rows: int, width: int, cells: int) -> PieceShape:
+        while self.lone_row_tile and rows * width % self.lone_row_tile == 1:
+            rows += 1
         static_width = _bucket(width, self.static_widths)
         static_rows = _bucket(rows, self.batch_buckets)
         if static_width is None or static_rows is None or cells > self.max_cells:
+            if self.cell_multiple:
+                cells = -(-cells // self.cell_multiple) * self.cell_multiple
             return PieceShape(rows, width, cells, False)
         return PieceShape(static_rows, static_width, self.cell_bucket(cells), True)
 

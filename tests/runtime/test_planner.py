@@ -49,3 +49,15 @@ def test_static_policy_buckets():
     assert policy.shape(1, 1, 1025) == PieceShape(1, 1, 1025, False)  # past the last bucket
     assert [policy.cell_bucket(n) for n in (0, 1, 64, 65, 128, 129, 1000)] == [
         64, 64, 64, 128, 128, 256, 1024]
+
+
+def test_exact_shapes_pad_cells_to_a_multiple_and_no_row_alone_in_a_tile():
+    policy = ShapePolicy(lone_row_tile=128, cell_multiple=64)
+    assert policy.shape(1, 1, 55) == PieceShape(2, 1, 64, False)  # 1 token: a padding row
+    assert policy.shape(3, 1, 64) == PieceShape(3, 1, 64, False)
+    assert policy.shape(129, 1, 65) == PieceShape(130, 1, 128, False)  # row 129 alone
+    assert policy.shape(1, 129, 200) == PieceShape(2, 129, 256, False)
+    assert policy.shape(8, 16, 1) == PieceShape(8, 16, 64, False)
+    assert ShapePolicy().shape(1, 1, 55) == PieceShape(1, 1, 55, False)  # exact
+    static = ShapePolicy((1, 4), (1, 8), 64, 1024, lone_row_tile=128, cell_multiple=64)
+    assert static.shape(1, 1, 70) == PieceShape(8, 1, 128, True)  # padded rows: bucket 8

@@ -1,0 +1,81 @@
+"""Decode tokens/s of several artifacts of one model side by side (e.g. float32, int4 at
+accuracy level 0 and 4), interleaved round by round, as ratios to the first; and whether each
+gives every prompt the same greedy tokens alone and in the batch.
+
+    python tools/bench_artifacts.py DIR DIR... [--batches 1,8] [--prompt 64] [--decode 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("artifacts", type=Path, nargs="+")
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--prompt", type=int, default=64, help="prompt tokens per sequence")
+    parser.add_argument("--decode", type=int, default=32, help="decode steps")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="best of N interleaved rounds")
+    return parser.parse_args()
+
+
+def decode(executor, prompts: np.ndarray, steps: int) -> tuple[float, list[list[int]]]:
+    """Prefill every prompt in one batch, then `steps` decode steps; (decode seconds, tokens)."""
+    from cellspec.runtime.types import BatchInput, Sampling
+
+    sids = [executor.open_session() for _ in prompts]
+    for sid in sids:
+        executor.set_sampling(sid, Sampling())
+    outs = executor.execute([BatchInput(s, tuple(int(t) for t in p), 0)
+                             for s, p in zip(sids, prompts)])
+    tokens = [[o.token] for o in outs]
+    start = time.perf_counter()
+    for _ in range(steps):
+        outs = executor.execute([BatchInput(s, (t[-1],), executor.pos(s))
+                                 for s, t in zip(sids, tokens)])
+        for t, o in zip(tokens, outs):
+            t.append(o.token)
+    seconds = time.perf_counter() - start
+    for sid in sids:
+        executor.close_session(sid)
+    return seconds, tokens
+
+
+def main() -> None:
+    from cellspec.runtime.executor import Executor
+
+    args = parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    executors = [Executor.load(a, max_sessions=max(batches), threads=args.threads)
+                 for a in args.artifacts]
+    vocab = executors[0].manifest.model.vocab_size
+    prompts = np.random.default_rng(0).integers(100, vocab, (max(batches), args.prompt))
+    print(f"{args.prompt}-token prompts, {args.decode} decode steps, {args.threads} threads, "
+          f"best of {args.rounds} interleaved rounds")
+    for batch in batches:
+        best = [float("inf")] * len(executors)
+        batched = []
+        for _ in range(args.rounds):
+            for i, executor in enumerate(executors):
+                seconds, tokens = decode(executor, prompts[:batch], args.decode)
+                best[i] = min(best[i], seconds)
+                if len(batched) < len(executors):
+                    batched.append(tokens)
+        for i, (path, executor) in enumerate(zip(args.artifacts, executors)):
+            alone = [decode(executor, prompts[j:j + 1], args.decode)[1][0]
+                     for j in range(batch)] if batch > 1 else batched[i]
+            same = sum(a == b for a, b in zip(alone, batched[i]))
+            rate = batch * args.decode / best[i]
+            print(f"batch {batch:3d}  {path.name:24s} {rate:8.1f} tok/s  "
+                  f"x{best[0] / best[i]:5.2f} vs {args.artifacts[0].name}  "
+                  f"same alone/batched {same}/{batch}")
+
+
+if __name__ == "__main__":
+    main()
