@@ -33,7 +33,7 @@ STALE_SECONDS = 600  # a partial export untouched this long was killed, not stil
 
 def bundled_export(speculation: bool = False) -> tuple[ExportConfig, Path | None]:
     """How the bundled SmolLM2 is exported: for plain decoding its own Q4_1/Q8_0 blocks as they
-    are (int4 weights, 2.4x float32's decode speed on the CPU: bench/NOTES.md); to speculate,
+    are (int4 weights, 1.9x float32's decode speed on the CPU: bench/NOTES.md); to speculate,
     float32 weights with the shipped DFlash draft (int4 at accuracy level 4 rounds a verify step
     differently from a plain step, so speculation could change the text)."""
     from cellspec.drafts import bundled_draft

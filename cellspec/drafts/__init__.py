@@ -1,7 +1,8 @@
 """Drafts shipped with cellspec: a DFlash draft (z-lab format) for the bundled
 SmolLM2-135M-Instruct, trained by self-distillation with tools/train_dflash.py (the recipe, data
-and measurements are in bench/NOTES.md). `LLM()` and `cellspec generate` on the bundled model
-export it with the target and speculate with it; `speculation=False` turns it off."""
+and measurements are in bench/NOTES.md). `LLM(speculation=True)` and `cellspec generate
+--speculation` on the bundled model export it with a float32 target and speculate with it; plain
+decoding (the default) uses an int4 export without it."""
 
 from __future__ import annotations
 
