@@ -3,7 +3,7 @@
 Prints tokens/s for each, tau (tokens committed per cycle), proposals accepted per cycle, and the
 cost of one cycle (drain + draft + verify + commit) over the cost of one plain decode step.
 
-    python tools/bench_spec.py --artifact DIR [--batches 1,6] [--tokens 48]
+    python tools/bench_spec.py --artifact DIR [--batches 1,6] [--tokens 48] [--n-draft 15,7,3]
     python tools/bench_spec.py --random-draft   # SmolLM2 + a random draft: tau ~ 1, pure overhead
 """
 
@@ -26,6 +26,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batches", default="1,6")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--n-draft", default="",
+                        help="proposals per cycle to compare, e.g. 15,7,3 (default: the "
+                        "draft's block size less one)")
     args = parser.parse_args()
     if (args.artifact is None) == (not args.random_draft):
         parser.error("pass exactly one of --artifact and --random-draft")
@@ -64,7 +67,9 @@ def main() -> None:
     args = parse_args()
     folder = args.artifact or random_draft_artifact()
     print(f"{folder}: {args.tokens} tokens per request, {args.threads} threads")
-    print(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'tau':>5} "
+    n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
+    print(f"{'batch':>5} {'n_draft':>7} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} "
+          f"{'tau':>5} "
           f"{'acc/cycle':>9} {'cycle/step':>10} {'same text':>9}")
     for batch in [int(b) for b in args.batches.split(",")]:
         plain = LLM(folder, max_sessions=batch, threads=args.threads, speculation=False)
@@ -72,16 +77,19 @@ def main() -> None:
         # the decode step: the method the plain run called most
         decode = max(plain.executor.target.stats.values(), key=lambda s: s.calls)
         step_seconds = decode.seconds / decode.calls
-        spec = LLM(folder, max_sessions=batch, threads=args.threads, speculation=True)
-        spec_seconds, spec_count, outputs = run(spec, batch, args.tokens)
-        stats = spec.executor.stats
-        cycle = stats.seconds.get("round", 0.0) / max(stats.rounds, 1)  # one cycle per owner
-        same = [o.token_ids for o in outputs] == [o.token_ids for o in expected]
-        print(f"{batch:>5} {count / seconds:>12.1f} {spec_count / spec_seconds:>11.1f} "
-              f"{seconds / spec_seconds * spec_count / count:>8.2f} {stats.tau:>5.2f} "
-              f"{stats.accepted / max(stats.cycles, 1):>9.2f} {cycle / step_seconds:>10.2f} "
-              f"{str(same):>9}")
-        print_breakdown(spec, step_seconds)
+        for n_draft in n_drafts:
+            spec = LLM(folder, max_sessions=batch, threads=args.threads, speculation=True,
+                       n_draft=n_draft)
+            spec_seconds, spec_count, outputs = run(spec, batch, args.tokens)
+            stats = spec.executor.stats
+            cycle = stats.seconds.get("round", 0.0) / max(stats.rounds, 1)  # a cycle per owner
+            same = [o.token_ids for o in outputs] == [o.token_ids for o in expected]
+            print(f"{batch:>5} {spec.executor.n_draft:>7} {count / seconds:>12.1f} "
+                  f"{spec_count / spec_seconds:>11.1f} "
+                  f"{seconds / spec_seconds * spec_count / count:>8.2f} {stats.tau:>5.2f} "
+                  f"{stats.accepted / max(stats.cycles, 1):>9.2f} {cycle / step_seconds:>10.2f} "
+                  f"{str(same):>9}")
+            print_breakdown(spec, step_seconds)
 
 
 def print_breakdown(spec, step_seconds: float) -> None:

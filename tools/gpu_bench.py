@@ -42,6 +42,10 @@ SHAPES = {
           "num_hidden_layers": 36, "vocab_size": 151936, "head_dim": 128,
           "rope_theta": 1000000.0, "max_position_embeddings": 40960},
 }
+# D: shape C's architecture at a size a CPU runs, to dry-run the tool (--backend ort-cpu)
+SHAPES["D"] = {**SHAPES["C"], "num_hidden_layers": 6, "hidden_size": 128,
+               "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 32, "vocab_size": 1024}
 DRAFT_TAPS = [1, 9, 17, 25, 33]
 BACKEND = ["ort-cuda"]  # --backend ort-cpu dry-runs the tool on a machine without a GPU
 
@@ -112,7 +116,7 @@ def shape_artifact(shape: str, args, sessions: int) -> Path:
     from tests.reference.zlab_draft import write_random_draft
 
     draft = None
-    if shape == "C" or getattr(args, "with_draft", False):
+    if shape in ("C", "D") or getattr(args, "with_draft", False):
         config = SHAPES[shape]
         layers = config["num_hidden_layers"]
         taps = DRAFT_TAPS if DRAFT_TAPS[-1] < layers else [1, layers // 2, layers - 2]
@@ -178,6 +182,11 @@ def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
             "phases_ms_per_step": phases, "tokens_per_s": batch / step}
 
 
+def _clear_stats(executor) -> None:
+    for stats in (executor.draft.stats, executor.target.stats):
+        stats.clear()
+
+
 def _reset(backend) -> None:
     if hasattr(backend, "timings"):
         backend.timings.clear()
@@ -206,21 +215,27 @@ def cmd_dflash(args) -> None:
     """A DFlash cycle (drain, draft block, verify of 16, commit) against a plain AR step at the
     same context, batch 1 and 8: a random draft accepts nothing, so each cycle makes one token
     and its time is the cycle's cost."""
+    import gc
+
     from cellspec.runtime.dflash import DFlashExecutor
     from cellspec.runtime.executor import Executor
 
     folder = shape_artifact(args.shape, args, 32)
+    plain = Executor.load(folder, backend=BACKEND[0], max_sessions=8)
+    steps = {batch: time_decode(plain, batch, args.context, args.steps) for batch in (1, 8)}
+    del plain
+    gc.collect()
+    spec = DFlashExecutor.load(folder, backend=BACKEND[0], max_sessions=8, n_draft=15)
     rows = []
     for batch in (1, 8):
-        plain = time_decode(Executor.load(folder, backend=BACKEND[0], max_sessions=8), batch,
-                            args.context, args.steps)
-        spec = DFlashExecutor.load(folder, backend=BACKEND[0], max_sessions=8, n_draft=15)
+        _clear_stats(spec)
         cycle = time_decode(spec, batch, args.context, args.steps)
         methods = {name: 1e3 * s.seconds / max(s.calls, 1) for name, s in
                    {**spec.draft.stats, **spec.target.stats}.items()}
-        rows.append({"shape": args.shape, "batch": batch, "plain_step_ms": plain["step_ms"],
+        rows.append({"shape": args.shape, "batch": batch, "plain_step_ms": steps[batch]["step_ms"],
                      "cycle_ms": cycle["step_ms"], "cycle_over_step":
-                     cycle["step_ms"] / plain["step_ms"], "tau": spec.stats.tau,
+                     cycle["step_ms"] / steps[batch]["step_ms"], "tau": spec.stats.tau,
+                     "host_outside_engine_ms": cycle["host_outside_engine_ms"],
                      "ms_per_call": methods})
         print(json.dumps(rows[-1]), flush=True)
     write(args.out / "dflash.json", rows)
@@ -247,7 +262,7 @@ def cmd_smollm2(args) -> None:
             rows.append({"speculation": speculation, "batch": batch, "tokens_per_s":
                          tokens / seconds, "tau": stats.tau if stats else None})
             print(json.dumps(rows[-1]), flush=True)
-    write(args.out / "smollm2.json", rows)
+    write(args.out / f"smollm2_{args.dtype}.json", rows)
 
 
 def cmd_flips(args) -> None:
@@ -269,20 +284,20 @@ def cmd_flips(args) -> None:
         firsts = [next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
                   for a, b, s in zip(texts[False], texts[True], same) if not s and
                   any(x != y for x, y in zip(a, b))]
-        report[mode] = {"prompts": len(prompts), "identical": sum(same),
+        report[mode] = {"dtype": args.dtype, "prompts": len(prompts), "identical": sum(same),
                         "flip_rate": 1 - sum(same) / len(prompts),
                         "first_difference_positions": firsts}
         print(mode, json.dumps(report[mode]), flush=True)
-    write(args.out / "flips.json", report)
+    write(args.out / f"flips_{args.dtype}.json", report)
 
 
 def export_real(args) -> Path:
     from cellspec.export import ExportConfig, export
     from cellspec.export.gguf import find_bundled_gguf
 
-    folder = args.work / "smollm2-real"
+    folder = args.work / f"smollm2-{args.dtype}-{Path(args.draft).name if args.draft else 'plain'}"
     if not (folder / "manifest.json").is_file():
-        export(find_bundled_gguf(), folder, ExportConfig(dtype="float16", max_context=1024,
+        export(find_bundled_gguf(), folder, ExportConfig(dtype=args.dtype, max_context=1024,
                                                          max_cells=32 * 1024 + 64),
                progress=False, draft=args.draft)
     return folder

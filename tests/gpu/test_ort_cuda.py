@@ -101,7 +101,9 @@ def test_speculation_equals_plain(sampling, tmp_path_factory, smollm2_gguf):
     if draft is None:
         pytest.skip("no bundled draft")
     out = tmp_path_factory.mktemp("spec") / "artifact"
-    export(smollm2_gguf, out, ExportConfig(dtype="float16", max_context=1024, max_cells=4096),
+    # float32: float16 rounds differently at a verify's width than at a step's, and near ties
+    # then flip (bench/NOTES.md measures the rate over 200 prompts)
+    export(smollm2_gguf, out, ExportConfig(dtype="float32", max_context=1024, max_cells=4096),
            progress=False, draft=draft)
     ids = prompt_ids(out)
     plain = decode(Executor.load(out, backend="ort-cuda", max_sessions=4), ids, sampling, 48,

@@ -175,3 +175,12 @@ def test_exact_shapes_after_another_draw_kind(tiny_artifact):
         for sid in sids:
             bound.close_session(sid)
     assert not any(key.startswith("static") for key in bound.target.stats)
+
+
+def test_cuda_provider_keeps_float32_matmuls_in_float32():
+    """TF32 (the CUDA provider's default) rounded float32 MatMuls to 10 bits on the H200, and
+    speculation then changed tokens in 5% of prompts; the backend turns it off."""
+    from cellspec.runtime.ort_device import CUDA_PROVIDER_OPTIONS
+
+    assert CUDA_PROVIDER_OPTIONS["use_tf32"] == "0"
+    assert CUDA_PROVIDER_OPTIONS["enable_cuda_graph"] == "1"

@@ -186,3 +186,18 @@ def test_all_runs_every_phase_into_one_folder(tiny_target, tmp_path):
     names = {str(f.relative_to(out)) for f in out.rglob("*") if f.is_file()}
     assert names == {"data.npz", "log.json", "ckpt/checkpoint.json", "ckpt/shard-00.safetensors",
                      "draft/config.json", "draft/model.safetensors"}
+
+
+def test_init_starts_from_an_exported_draft(overfit, generated, tiny_target, tmp_path):
+    draft = overfit[0]
+    ckpt_io.export_draft(tmp_path / "draft", draft.cfg, draft.state_dict())
+    meta, tensors = train(tmp_path / "run", generated, tiny_target, "--init",
+                          str(tmp_path / "draft"), "--steps", "1", "--lr", "0",
+                          "--weight-decay", "0")
+    assert meta["state"]["step"] == 1 and DraftConfig(**meta["draft"]) == draft.cfg
+    state = ckpt_io.model_state(tensors)
+    for name, tensor in draft.state_dict().items():  # the exported float16 weights, unmoved
+        assert torch.equal(state[name], tensor.half().float()), name
+    with pytest.raises(SystemExit, match="exclude each other"):
+        train(tmp_path / "both", generated, tiny_target, "--init", str(tmp_path / "draft"),
+              "--resume", str(tmp_path / "run" / "ckpt"))

@@ -55,6 +55,8 @@ def _train(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mask-token-id", type=int, help="default: highest unused special token")
     g = p.add_argument_group("training (default: TrainConfig, or the resumed checkpoint's)")
     g.add_argument("--resume", type=Path, help="checkpoint folder to continue from")
+    g.add_argument("--init", type=Path, help="start from this exported draft's weights (a "
+                   "z-lab folder, e.g. the shipped one) with a fresh optimizer and schedule")
     for flag, kind in (("--lr", float), ("--min-lr-ratio", float), ("--warmup-steps", int),
                        ("--batch", int), ("--gamma", float), ("--weight-decay", float),
                        ("--grad-clip", float), ("--seed", int)):

@@ -107,8 +107,17 @@ def cmd_train(args: argparse.Namespace, ckpt=None, data=None) -> Path:
     amp = device.type == "cuda" if args.amp is None else args.amp
     data = data or data_io.load(args.data or args.out / DATA_NAME)
     folder = args.out / CHECKPOINT_NAME
+    if args.resume and getattr(args, "init", None):
+        raise SystemExit("train: --resume and --init exclude each other")
     if args.resume:
         trainer, state = resume_trainer(ckpt, args.resume, train_overrides(args), device, amp)
+    elif getattr(args, "init", None):  # warm start: the draft's shape and weights, new schedule
+        start = load_draft(args.init, device)
+        overrides = {"gamma": default_gamma(start.cfg.block_size), **train_overrides(args)}
+        trainer = make_trainer(ckpt, start.cfg, TrainConfig(**overrides), device, amp)
+        trainer.draft.load_state_dict(start.state_dict())
+        state = TrainState(seed=trainer.cfg.seed)
+        say("train", f"initialised from {args.init}")
     else:
         cfg = draft_config(args, ckpt)
         overrides = {"gamma": default_gamma(cfg.block_size), **train_overrides(args)}
@@ -121,7 +130,8 @@ def cmd_train(args: argparse.Namespace, ckpt=None, data=None) -> Path:
     log = RunLog(args.out, "train", {"draft": trainer.draft.cfg.to_dict(),
                                      "train": asdict(trainer.cfg), "device": str(device),
                                      "amp": amp, "data": data.fingerprint(),
-                                     "resume": str(args.resume or "")})
+                                     "resume": str(args.resume or ""),
+                                     "init": str(getattr(args, "init", None) or "")})
     say("train", f"draft {trainer.draft.cfg.num_params() / 1e6:.2f}M parameters, "
         f"{len(data)} sequences, {data.num_tokens} tokens, device {device}, amp {amp}")
     run_training(trainer, state, data, folder, log, limits)
