@@ -152,7 +152,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     speculate.add_argument("--no-speculation", action="store_true",
                            help="plain decoding even when the artifact has a DFlash draft")
     parser.add_argument("--n-draft", type=int, metavar="N",
-                        help="DFlash proposals per cycle (default: the draft's block size - 1)")
+                        help="DFlash proposals per cycle (default: the draft's block size - 1, "
+                        "at most 3 on ort-cpu)")
 
 
 def add_session_arguments(parser: argparse.ArgumentParser, default_sessions: str) -> None:

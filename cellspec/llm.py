@@ -26,13 +26,19 @@ if TYPE_CHECKING:
 __all__ = ["LLM", "RequestOutput", "SamplingParams"]
 
 
+# On the CPU a verify costs about its width in steps, so few proposals pay best: with the shipped
+# SmolLM2 draft (tau 2.2), 3 proposals gave 1.17x plain decoding at batch 1 where 15 gave 0.90x
+# (bench/NOTES.md). On a GPU a verify of 16 costs about a step, and the default stays block - 1.
+CPU_N_DRAFT = 3
+
+
 class LLM:
     """A model ready to generate. `model`: an artifact folder, a checkpoint (HF folder or .gguf,
     exported once into the cache) or None for the bundled SmolLM2-135M-Instruct. `chat`: wrap
     prompts in the chat template (default: when the model has one). `speculation`: DFlash
     speculate-verify cycles (default: when the artifact has a draft; the bundled model is
     exported with its draft only when True); the text is the same either way. `n_draft`:
-    proposals per cycle (default: block size - 1)."""
+    proposals per cycle (default: block size - 1, at most CPU_N_DRAFT on `ort-cpu`)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
@@ -44,7 +50,8 @@ class LLM:
         if speculation is not None and not isinstance(speculation, bool):
             raise InvalidArgument(f"speculation {speculation!r}: expected True, False or None")
         self.folder = resolve_model(model, export_config, speculation=bool(speculation))
-        has_draft = Manifest.load(self.folder).draft is not None
+        manifest = Manifest.load(self.folder)
+        has_draft = manifest.draft is not None
         if speculation and not has_draft:
             raise InvalidArgument(f"speculation=True, but {self.folder} has no draft "
                                   "(export it with --draft)")
@@ -52,6 +59,8 @@ class LLM:
                       max_session_tokens=max_session_tokens, threads=threads)
         self.executor: Executor | DFlashExecutor
         if has_draft and speculation is not False:
+            if n_draft is None and backend == "ort-cpu":
+                n_draft = min(CPU_N_DRAFT, manifest.draft.block_size - 1)
             self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft)
         elif n_draft is not None:
             raise InvalidArgument("n_draft is set, but speculation is off")

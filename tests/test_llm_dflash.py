@@ -93,3 +93,29 @@ def test_bursts_stop_exactly_where_plain_decoding_stops(chat_dflash_artifact, pa
     stats = spec.executor.stats
     assert stats.accepted > 0 or params.max_tokens <= 2
     assert spec.executor.cache.num_used == 0
+
+
+def test_cpu_speculates_three_proposals_by_default(tmp_path_factory):
+    """On ort-cpu a cycle proposes at most CPU_N_DRAFT tokens unless told otherwise; the text is
+    the same at every n_draft."""
+    from cellspec.export import ExportConfig, export
+    from cellspec.llm import CPU_N_DRAFT
+
+    root = tmp_path_factory.mktemp("block-8")
+    checkpoint = save_checkpoint(root / "checkpoint")
+    vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
+    draft = write_random_draft(root / "draft", hidden=64, vocab=vocab, num_target_layers=2,
+                               taps=[1, 0], block_size=8, mask_token_id=vocab - 1)
+    export(checkpoint, root / "artifact", ExportConfig(static_widths=(1, 2, 4, 8),
+                                                       dynamic_width=32, max_context=256,
+                                                       max_cells=1024),
+           progress=False, draft=draft)
+    params = SamplingParams(max_tokens=16, temperature=0.8, seed=2, ignore_eos=True)
+    default = LLM(root / "artifact", max_sessions=1)
+    assert CPU_N_DRAFT == 3 and default.executor.n_draft == 3
+    wide = LLM(root / "artifact", max_sessions=1, n_draft=7)
+    assert wide.executor.n_draft == 7
+    plain = LLM(root / "artifact", max_sessions=1, speculation=False)
+    expected = plain.generate([PROMPTS[0]], params)[0].token_ids
+    assert default.generate([PROMPTS[0]], params)[0].token_ids == expected
+    assert wide.generate([PROMPTS[0]], params)[0].token_ids == expected
