@@ -80,8 +80,14 @@ case "${1:-}" in
     python3 tools/gpu_bench.py smollm2 --dtype float32 --draft $D --out "$OUT"/real \
         --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4
     ;;
+  binds)  # shape A steps and the GPU tests (after binding only what moved)
+    python3 tools/gpu_bench.py steps --shapes A --batches 1,8,32 --out "$OUT"/a --work "$WORK" \
+        2>&1 | grep -v "plugin EP" | tail -4
+    CELLSPEC_DRAFT=cellspec/drafts/smollm2-135m-instruct python3 -m pytest -q -p no:cacheprovider \
+        -W ignore tests/gpu 2>&1 | tee "$OUT"/gpu_tests.log | tail -4
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|smollm2|fp32" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|smollm2|fp32|binds" >&2
     exit 2
     ;;
 esac

@@ -51,6 +51,9 @@ class _Session:
     def __init__(self, session) -> None:
         self.session, self.binding, self.graph_ids = session, session.io_binding(), GraphIds()
         self.inputs = {i.name for i in session.get_inputs()}
+        # (name, is_input) -> (shape, address, where) as bound now: a binding stays until it
+        # changes, so a step rebinds only what moved (a pool or a buffer is bound once)
+        self.bound: dict[tuple[str, bool], tuple] = {}
 
 
 class DeviceEngine(Engine):
@@ -115,16 +118,21 @@ class DeviceEngine(Engine):
         """Bind every output at the step's shape: the wanted ones, and the others the graph
         computes anyway (a binding left from an earlier step of another shape would be
         refused). An output whose shape the step's dims do not give is left to ONNX Runtime."""
-        self.active.binding.clear_binding_outputs()
+        shapes, unknown = {}, []
         for name, spec in self.outputs.items():
             if name not in self.buffers:
                 continue
             try:
-                shape = shape_of(spec.shape, dims)
+                shapes[name] = shape_of(spec.shape, dims)
             except InvalidArgument:
                 if name in wanted:
                     raise
-                continue
+                unknown.append(name)
+        session = self.active
+        if any((name, False) in session.bound for name in unknown):  # no unbind for one name
+            session.binding.clear_binding_outputs()
+            session.bound = {k: v for k, v in session.bound.items() if k[1]}
+        for name, shape in shapes.items():
             self._bind(name, shape, self.buffers[name].ptr, is_input=False)
 
     def run(self, graph_key: tuple | None) -> None:
@@ -154,11 +162,16 @@ class DeviceEngine(Engine):
 
     def _bind(self, name: str, shape, ptr: int, is_input: bool, where: str | None = None
               ) -> None:
+        where = where or self.device.ort_device
+        bound = (tuple(shape), ptr, where)
+        if self.active.bound.get((name, is_input)) == bound:
+            return
         spec = self.inputs[name] if is_input else self.outputs[name]
         element = _BF16 if spec.dtype is None else spec.dtype
         binding = self.active.binding
         bind = binding.bind_input if is_input else binding.bind_output
-        bind(name, where or self.device.ort_device, 0, element, list(shape), ptr)
+        bind(name, where, 0, element, list(shape), ptr)
+        self.active.bound[(name, is_input)] = bound
 
 
 class DevicePools(Pools):
