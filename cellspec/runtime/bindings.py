@@ -12,6 +12,7 @@ give the size to allocate each buffer once.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Mapping, Sequence
 
 from cellspec.errors import InvalidArgument
@@ -25,7 +26,13 @@ def evaluate(dim: Dim, values: Mapping[str, int]) -> int:
         return dim
     if dim is None:
         raise InvalidArgument("an unnamed dynamic dim: name it so its size can be known")
-    return _evaluate(ast.parse(dim, mode="eval").body, values, dim)
+    return _evaluate(_parse(dim), values, dim)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(dim: str) -> ast.expr:
+    """A dim's expression, parsed once (a step evaluates a few hundred dims)."""
+    return ast.parse(dim, mode="eval").body
 
 
 def shape_of(dims: Sequence[Dim], values: Mapping[str, int]) -> tuple[int, ...]:

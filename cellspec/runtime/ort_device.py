@@ -75,6 +75,7 @@ class DeviceEngine(Engine):
         self.buffers: dict[str, Buffer] = {}
         self.staging: dict[str, np.ndarray] = {}
         self.host: dict[str, np.ndarray] = {}  # inputs a provider reads from host memory
+        self.shape_memo: dict[tuple, tuple[dict[str, tuple], list[str]]] = {}
         for name, spec in {**self.inputs, **self.outputs}.items():
             size = int(np.prod(shape_of(spec.shape, limits))) * _itemsize(spec)
             if name in HOST_INPUTS:
@@ -118,22 +119,34 @@ class DeviceEngine(Engine):
         """Bind every output at the step's shape: the wanted ones, and the others the graph
         computes anyway (a binding left from an earlier step of another shape would be
         refused). An output whose shape the step's dims do not give is left to ONNX Runtime."""
-        shapes, unknown = {}, []
-        for name, spec in self.outputs.items():
-            if name not in self.buffers:
-                continue
-            try:
-                shapes[name] = shape_of(spec.shape, dims)
-            except InvalidArgument:
-                if name in wanted:
-                    raise
-                unknown.append(name)
+        shapes, unknown = self._output_shapes(dims)
+        missing = [name for name in unknown if name in wanted]
+        if missing:
+            shape_of(self.outputs[missing[0]].shape, dims)  # raises, naming the dim
         session = self.active
         if any((name, False) in session.bound for name in unknown):  # no unbind for one name
             session.binding.clear_binding_outputs()
             session.bound = {k: v for k, v in session.bound.items() if k[1]}
         for name, shape in shapes.items():
             self._bind(name, shape, self.buffers[name].ptr, is_input=False)
+
+    def _output_shapes(self, dims: dict[str, int]) -> tuple[dict[str, tuple], list[str]]:
+        """The shape of every output buffer at `dims`, and the outputs whose shape `dims` do
+        not give; remembered per dims (a decode loop repeats a few)."""
+        key = tuple(sorted(dims.items()))
+        if key not in self.shape_memo:
+            shapes, unknown = {}, []
+            for name, spec in self.outputs.items():
+                if name not in self.buffers:
+                    continue
+                try:
+                    shapes[name] = shape_of(spec.shape, dims)
+                except InvalidArgument:
+                    unknown.append(name)
+            if len(self.shape_memo) >= 256:  # dynamic steps: many shapes, each seen once
+                self.shape_memo.clear()
+            self.shape_memo[key] = (shapes, unknown)
+        return self.shape_memo[key]
 
     def run(self, graph_key: tuple | None) -> None:
         import onnxruntime as ort
