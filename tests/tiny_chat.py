@@ -40,22 +40,24 @@ def make_tokenizer():
     return tokenizer
 
 
-def save_checkpoint(folder: Path, seed: int = 0) -> Path:
-    """config.json + model.safetensors + tokenizer.json + chat_template.jinja in `folder`."""
+def save_checkpoint(folder: Path, seed: int = 0, layers: int = 2, tied: bool = False,
+                    scale: float = 0.15) -> Path:
+    """config.json + model.safetensors + tokenizer.json + chat_template.jinja in `folder`: a
+    Llama of hidden 64 with `layers` layers, weights N(0, scale) and norms N(1, 0.2)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     tokenizer = make_tokenizer()
     config = transformers.LlamaConfig(
         vocab_size=tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=0,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=512, tie_word_embeddings=tied, bos_token_id=0,
         eos_token_id=[1, 3])
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(config)
     with torch.no_grad():  # larger than HF's init, so the next token is rarely a near tie
         for name, param in model.named_parameters():
             param.copy_(1.0 + 0.2 * torch.randn_like(param) if "norm" in name
-                        else 0.15 * torch.randn_like(param))
+                        else scale * torch.randn_like(param))
     model.save_pretrained(folder)
     tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)

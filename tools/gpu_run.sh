@@ -6,17 +6,19 @@
 #   bash tools/gpu_run.sh train      # DFlash draft for SmolLM2: generate, train, eval, export
 #   bash tools/gpu_run.sh check      # GPU tests, decode steps on shapes A and B, GenAI A and B
 #   bash tools/gpu_run.sh large      # shape C steps, DFlash cycle vs AR step, real SmolLM2
-#   (the same split into calls under 10 minutes: c-steps, c-dflash, flips)
+#   (the same split into calls under 10 minutes: c-steps, c-dflash, smollm2, flips)
 #   bash tools/gpu_run.sh retrain    # more data and steps for the shipped draft (needs
 #                                    # .gpu/data/data.npz, carried: the first run's data)
-#   bash tools/gpu_run.sh smollm2    # real SmolLM2, plain vs speculative (DRAFT=folder)
+#   bash tools/gpu_run.sh smollm2    # real SmolLM2, plain vs speculative (DRAFTS=folders)
 set -uo pipefail
 source /tmp/gpusite/env.sh || exit 3
 export TQDM_DISABLE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu-out}
 WORK=/tmp/cellspec-gpu
 mkdir -p "$OUT" "$WORK"
-DRAFT=${DRAFT:-$WORK/train/draft}
+SHIPPED=cellspec/drafts/smollm2-135m-instruct
+# the draft the tests and benchmarks use: DRAFT=..., else one trained in this sitting, else shipped
+[ -d "$WORK/train/draft" ] && DRAFT=${DRAFT:-$WORK/train/draft} || DRAFT=${DRAFT:-$SHIPPED}
 case "${1:-}" in
   train)
     python3 tools/train_dflash.py all --out "$WORK/train" --generate-seconds "${GEN_S:-200}" \
@@ -33,14 +35,8 @@ case "${1:-}" in
         --work "$WORK" 2>&1 | tail -20
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -20
     ;;
-  large)
-    python3 tools/gpu_bench.py steps --shapes C --batches 1,8,32 --out "$OUT"/c \
-        --work "$WORK" 2>&1 | tail -8
-    python3 tools/gpu_bench.py dflash --shape C --out "$OUT"/c --work "$WORK" 2>&1 | tail -8
-    python3 tools/gpu_bench.py smollm2 --draft "$DRAFT" --out "$OUT"/real --work "$WORK" \
-        2>&1 | tail -8
-    python3 tools/gpu_bench.py flips --draft "$DRAFT" --prompts 200 --out "$OUT"/real \
-        --work "$WORK" 2>&1 | tail -8
+  large)  # over 10 minutes in all: the parts below, one device call each, in one go
+    for part in c-steps c-dflash smollm2 flips; do OUT="$OUT" DRAFTS="$DRAFT" bash "$0" $part; done
     ;;
   c-steps)
     python3 tools/gpu_bench.py steps --shapes C --batches 1,8,32 --out "$OUT"/c \
@@ -51,28 +47,28 @@ case "${1:-}" in
     ;;
   flips)
     for dtype in float16 float32; do
-      python3 tools/gpu_bench.py flips --draft "${DRAFT:-cellspec/drafts/smollm2-135m-instruct}" \
+      python3 tools/gpu_bench.py flips --draft "$DRAFT" \
           --dtype $dtype --prompts 200 --out "$OUT"/real --work "$WORK" 2>&1 | tail -4
     done
     ;;
   retrain)
     python3 tools/train_dflash.py all --out "$WORK/train3" --data .gpu/data/data.npz \
         --samples 5 --gen-batch 1024 --generate-seconds "${GEN_S:-170}" \
-        --init cellspec/drafts/smollm2-135m-instruct --lr 4e-4 --steps "${STEPS:-3500}" \
+        --init "$SHIPPED" --lr 4e-4 --steps "${STEPS:-3500}" \
         --train-seconds "${TRAIN_S:-290}" --eval-batch 128 2>&1 | grep -v "^\[generate\] [0-9]" \
         | tail -40
     cp "$WORK"/train3/log.json "$OUT"/train3_log.json
     mkdir -p "$OUT"/draft3 && cp "$WORK"/train3/draft/* "$OUT"/draft3/
     ;;
   smollm2)
-    for draft in ${DRAFTS:-$WORK/train3/draft cellspec/drafts/smollm2-135m-instruct}; do
+    for draft in ${DRAFTS:-$WORK/train3/draft $SHIPPED}; do
       [ -d "$draft" ] || continue
       python3 tools/gpu_bench.py smollm2 --draft "$draft" --out "$OUT/real-$(basename "$draft")" \
           --work "$WORK" 2>&1 | tail -4
     done
     ;;
   fp32)  # float32 without TF32: speculation flips, GPU tests, plain vs speculative
-    D=cellspec/drafts/smollm2-135m-instruct
+    D=$SHIPPED
     python3 tools/gpu_bench.py flips --draft $D --dtype float32 --prompts 200 --out "$OUT"/real \
         --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -3
     CELLSPEC_DRAFT=$D python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
@@ -83,8 +79,8 @@ case "${1:-}" in
   binds)  # shape A steps and the GPU tests (after binding only what moved)
     python3 tools/gpu_bench.py steps --shapes A --batches 1,8,32 --out "$OUT"/a --work "$WORK" \
         2>&1 | grep -v "plugin EP" | tail -4
-    CELLSPEC_DRAFT=cellspec/drafts/smollm2-135m-instruct python3 -m pytest -q -p no:cacheprovider \
-        -W ignore tests/gpu 2>&1 | tee "$OUT"/gpu_tests.log | tail -4
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
+        | tee "$OUT"/gpu_tests.log | tail -4
     ;;
   *)
     echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|smollm2|fp32|binds" >&2

@@ -116,9 +116,10 @@ class DeviceEngine(Engine):
         self._bind(name, shape, ptr, is_input=True)
 
     def bind_outputs(self, dims: dict[str, int], wanted: Sequence[str]) -> None:
-        """Bind every output at the step's shape: the wanted ones, and the others the graph
+        """Every output bound at the step's shape: the wanted ones, and the others the graph
         computes anyway (a binding left from an earlier step of another shape would be
-        refused). An output whose shape the step's dims do not give is left to ONNX Runtime."""
+        refused); those already bound at that shape are left as they are. An output whose shape
+        the step's dims do not give is left to ONNX Runtime (unbound if it was bound)."""
         shapes, unknown = self._output_shapes(dims)
         missing = [name for name in unknown if name in wanted]
         if missing:

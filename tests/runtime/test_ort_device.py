@@ -26,6 +26,16 @@ def host_backend(artifact, max_sessions, attention="as-exported"):
                             artifact / manifest.graphs["sample"], attention)
 
 
+def prefill(executor, texts, sampling, seeds):
+    """A session per prompt with its sampling and seed, prefilled in one batch: (sids, the
+    first token of each)."""
+    sids = [executor.open_session() for _ in texts]
+    for sid, seed in zip(sids, seeds):
+        executor.set_sampling(sid, sampling, seed)
+    outs = executor.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
+    return sids, [o.token for o in outs]
+
+
 @pytest.mark.parametrize("attention", ["as-exported", "decomposed", "grouped"])
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 def test_bound_batch_equals_cpu_alone(tiny_artifact, sampling, attention):
@@ -37,11 +47,7 @@ def test_bound_batch_equals_cpu_alone(tiny_artifact, sampling, attention):
     alone = [run_alone(cpu, p, sampling, seed=20 + i, steps=10) for i, p in enumerate(texts)]
     bound = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 8, attention),
                           max_sessions=8)
-    sids = [bound.open_session() for _ in texts]
-    for i, sid in enumerate(sids):
-        bound.set_sampling(sid, sampling, 20 + i)
-    outs = bound.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
-    firsts = [o.token for o in outs]
+    sids, firsts = prefill(bound, texts, sampling, range(20, 26))
     batched = [[f] + rest for f, rest in zip(firsts, decode(bound, sids, firsts, 9))]
     assert batched == alone
     # decode steps were static: 6 rows padded to the bucket of 8, cells to powers of two
@@ -165,11 +171,7 @@ def test_exact_shapes_after_another_draw_kind(tiny_artifact):
     texts = prompts(4, seed=11)
     for sampling in (GREEDY, SAMPLED, GREEDY):
         expected = [run_alone(cpu, p, sampling, seed=3 + i, steps=6) for i, p in enumerate(texts)]
-        sids = [bound.open_session() for _ in texts]
-        for i, sid in enumerate(sids):
-            bound.set_sampling(sid, sampling, 3 + i)
-        outs = bound.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
-        firsts = [o.token for o in outs]
+        sids, firsts = prefill(bound, texts, sampling, range(3, 7))
         got = [[f] + rest for f, rest in zip(firsts, decode(bound, sids, firsts, 5))]
         assert got == expected
         for sid in sids:
@@ -214,18 +216,13 @@ def test_a_step_binds_only_what_moved(tiny_artifact):
     bound = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 4), max_sessions=4)
     engine = bound.target.engine
     counting = engine.main.binding = CountingBinding(engine.main.binding)
-    sids = [bound.open_session() for _ in texts]
-    for sid in sids:
-        bound.set_sampling(sid, GREEDY, 1)
-    outs = bound.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
-    produced = [[o.token] for o in outs]
+    sids, firsts = prefill(bound, texts, GREEDY, [1] * len(texts))
+    produced = [[token] for token in firsts]
     binds = [list(counting.binds)]  # the prefill
     for _ in range(4):
         counting.binds.clear()
-        step = bound.execute([BatchInput(s, (p[-1],), bound.pos(s))
-                              for s, p in zip(sids, produced)])
-        for p, o in zip(produced, step):
-            p.append(o.token)
+        for tokens, (token,) in zip(produced, decode(bound, sids, [p[-1] for p in produced], 1)):
+            tokens.append(token)
         binds.append(list(counting.binds))
     assert produced == alone
     pools = {n for n in engine.inputs if n.startswith(("k_pool.", "v_pool."))}

@@ -27,28 +27,11 @@ def one_thread():
 @pytest.fixture(scope="session")
 def tiny_target(tmp_path_factory) -> Path:
     """A 4-layer Llama (hidden 64) with tests/tiny_chat's tokenizer and chat template."""
-    import torch
-    import transformers
+    from tests.tiny_chat import save_checkpoint
 
-    from tests.tiny_chat import CHAT_TEMPLATE, make_tokenizer
-
-    folder = tmp_path_factory.mktemp("tiny-target")
-    tokenizer = make_tokenizer()
-    config = transformers.LlamaConfig(
-        vocab_size=tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=0,
-        eos_token_id=[1, 3])
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
-    with torch.no_grad():  # larger than HF's init, so greedy answers are not near-ties
-        for name, param in model.named_parameters():
-            param.copy_(1.0 + 0.2 * torch.randn_like(param) if "norm" in name
-                        else 0.3 * torch.randn_like(param))
-    model.save_pretrained(folder)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
-    return folder
+    # weights N(0, 0.3): larger than HF's init, so greedy answers are not near-ties
+    return save_checkpoint(tmp_path_factory.mktemp("tiny-target"), layers=4, tied=True,
+                           scale=0.3)
 
 
 COMMON = ["--device", "cpu", "--per-category", "40"]

@@ -107,21 +107,18 @@ def cmd_train(args: argparse.Namespace, ckpt=None, data=None) -> Path:
     amp = device.type == "cuda" if args.amp is None else args.amp
     data = data or data_io.load(args.data or args.out / DATA_NAME)
     folder = args.out / CHECKPOINT_NAME
-    if args.resume and getattr(args, "init", None):
+    if args.resume and args.init:
         raise SystemExit("train: --resume and --init exclude each other")
     if args.resume:
         trainer, state = resume_trainer(ckpt, args.resume, train_overrides(args), device, amp)
-    elif getattr(args, "init", None):  # warm start: the draft's shape and weights, new schedule
-        start = load_draft(args.init, device)
-        overrides = {"gamma": default_gamma(start.cfg.block_size), **train_overrides(args)}
-        trainer = make_trainer(ckpt, start.cfg, TrainConfig(**overrides), device, amp)
-        trainer.draft.load_state_dict(start.state_dict())
-        state = TrainState(seed=trainer.cfg.seed)
-        say("train", f"initialised from {args.init}")
-    else:
-        cfg = draft_config(args, ckpt)
+    else:  # fresh, or warm from an exported draft (its shape and weights, a new schedule)
+        start = load_draft(args.init, device) if args.init else None
+        cfg = draft_config(args, ckpt) if start is None else start.cfg
         overrides = {"gamma": default_gamma(cfg.block_size), **train_overrides(args)}
         trainer = make_trainer(ckpt, cfg, TrainConfig(**overrides), device, amp)
+        if start is not None:
+            trainer.draft.load_state_dict(start.state_dict())
+            say("train", f"initialised from {args.init}")
         state = TrainState(seed=trainer.cfg.seed)
         _check_budget(cfg, trainer.cfg.moments_dtype)
     if args.steps is not None:
@@ -131,7 +128,7 @@ def cmd_train(args: argparse.Namespace, ckpt=None, data=None) -> Path:
                                      "train": asdict(trainer.cfg), "device": str(device),
                                      "amp": amp, "data": data.fingerprint(),
                                      "resume": str(args.resume or ""),
-                                     "init": str(getattr(args, "init", None) or "")})
+                                     "init": str(args.init or "")})
     say("train", f"draft {trainer.draft.cfg.num_params() / 1e6:.2f}M parameters, "
         f"{len(data)} sequences, {data.num_tokens} tokens, device {device}, amp {amp}")
     run_training(trainer, state, data, folder, log, limits)
