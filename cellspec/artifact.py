@@ -29,7 +29,8 @@ from cellspec.manifest_fields import (
     short,
 )
 
-FORMAT_VERSION = 2  # 2: per-sequence attention (cell tables), fused ops, 4-bit weights
+FORMAT_VERSION = 3  # 2: per-sequence attention (cell tables), fused ops, 4-bit weights;
+# 3: draft_block reads out only the proposal rows (proposal_rows)
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.bin"
 TOKENIZER_NAME = "tokenizer.json"
@@ -48,7 +49,8 @@ LOGITS = "logits"  # float32 [R, V]
 GREEDY = "greedy"  # int64 [R], the argmax of each logits row
 TAPS = "taps"  # [S, Q, n_taps * hidden]
 HIDDEN = "hidden"  # draft_context input: [S, Q, n_taps * hidden]
-PROPOSALS = "proposals"  # draft_block output: int64 [O, block], the argmax of every row
+PROPOSAL_ROWS = "proposal_rows"  # draft_block input: int64 [P], the block positions read out
+PROPOSALS = "proposals"  # draft_block output: int64 [O * P], each row read out's argmax
 PARAMS = "params"  # sample: [R, 4]; verify: [O, 3 + W] float32
 CANDIDATES = "candidates"  # verify inputs: [O, W] int64, anchor then proposals
 VERDICT = "verdict"  # verify output: [O, 2] int64, (accepted count, next token)

@@ -27,7 +27,7 @@ MANIFEST = {
     "engines": [{"graph": "argmax.onnx", "path": "argmax.sm80.plan",
                  "compute_capability": "sm80", "profiles": [{"R": [1, 1, 8]}]}],
     "weights": "weights.bin",
-    "format_version": 2,
+    "format_version": 3,
 }
 
 

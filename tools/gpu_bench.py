@@ -249,8 +249,10 @@ def cmd_smollm2(args) -> None:
     folder = export_real(args)
     prompts = held_out_prompts(8)
     rows = []
-    for speculation in (False, True):
-        llm = LLM(folder, backend=BACKEND[0], max_sessions=8, speculation=speculation)
+    n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
+    for speculation, n_draft in [(False, None)] + [(True, n) for n in n_drafts]:
+        llm = LLM(folder, backend=BACKEND[0], max_sessions=8, speculation=speculation,
+                  n_draft=n_draft)
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
         for batch in (1, 8):
             start = time.perf_counter()
@@ -259,8 +261,9 @@ def cmd_smollm2(args) -> None:
             seconds = time.perf_counter() - start
             tokens = sum(len(o.token_ids) for o in outs)
             stats = getattr(llm.executor, "stats", None)
-            rows.append({"speculation": speculation, "batch": batch, "tokens_per_s":
-                         tokens / seconds, "tau": stats.tau if stats else None})
+            rows.append({"speculation": speculation, "n_draft": getattr(llm.executor, "n_draft",
+                         None), "batch": batch, "tokens_per_s": tokens / seconds,
+                         "tau": stats.tau if stats else None})
             print(json.dumps(rows[-1]), flush=True)
     write(args.out / f"smollm2_{args.dtype}.json", rows)
 
@@ -338,6 +341,8 @@ def main() -> None:
     commands.choices["steps"].add_argument("--shapes", default="A,B,C")
     commands.choices["steps"].add_argument("--batches", default="1,8,32")
     commands.choices["dflash"].add_argument("--shape", default="C")
+    commands.choices["smollm2"].add_argument(
+        "--n-draft", help="proposals per cycle to compare, e.g. 15,7 (default: block size - 1)")
     for sub in commands.choices.values():
         sub.add_argument("--backend", default="ort-cuda")
     args = parser.parse_args()

@@ -10,6 +10,8 @@
 #   bash tools/gpu_run.sh retrain    # more data and steps for the shipped draft (needs
 #                                    # .gpu/data/data.npz, carried: the first run's data)
 #   bash tools/gpu_run.sh smollm2    # real SmolLM2, plain vs speculative (DRAFTS=folders)
+#   bash tools/gpu_run.sh retrain4   # the shipped draft continued on 6.7M tokens (.gpu/data4)
+#   bash tools/gpu_run.sh final      # shape A steps, GPU tests, SmolLM2 plain vs spec
 set -uo pipefail
 source /tmp/gpusite/env.sh || exit 3
 export TQDM_DISABLE=1 PYTHONUNBUFFERED=1
@@ -82,8 +84,27 @@ case "${1:-}" in
     CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
         | tee "$OUT"/gpu_tests.log | tail -4
     ;;
+  final)  # shape A steps, the GPU tests, the real SmolLM2 plain vs speculative (15 and 7 proposals)
+    python3 tools/gpu_bench.py steps --shapes A --batches 1,8,32 --out "$OUT"/a --work "$WORK" \
+        2>&1 | grep -v "plugin EP" | tail -4
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
+        | tee "$OUT"/gpu_tests.log | tail -4
+    for dtype in float16 float32; do
+      python3 tools/gpu_bench.py smollm2 --dtype $dtype --draft $SHIPPED --n-draft 15,7 \
+          --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -7
+    done
+    ;;
+  retrain4)  # the shipped draft continued on 6.7M tokens (.gpu/data4/data.npz, carried: made by
+             # `python3 tools/train_dflash.py generate --out RUN --data .gpu/data/data.npz
+             # --samples 12 --gen-seed 1 --gen-batch 1024 --generate-seconds 480`)
+    python3 tools/train_dflash.py all --out "$WORK/t4" --data .gpu/data4/data.npz \
+        --generate-seconds 0 --init "$SHIPPED" --lr "${LR:-4e-4}" --steps "${STEPS:-4800}" \
+        --train-seconds "${TRAIN_S:-430}" --eval-batch 128 2>&1 | tail -40
+    cp "$WORK"/t4/log.json "$OUT"/train4_log.json
+    mkdir -p "$OUT"/draft4 && cp "$WORK"/t4/draft/* "$OUT"/draft4/
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|smollm2|fp32|binds" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final" >&2
     exit 2
     ;;
 esac

@@ -9,9 +9,11 @@ draft_block
        cell_table [O, N] (each owner's context cells in the draft pool), attn_mask
        [O, 1, block, N + block] bool (the owner's context and, bidirectionally, its own block),
        k_pool.{i} / v_pool.{i} [max_cells, KV * D] of the draft pool, read only.
-  out: logits [O * block, V] float32 and proposals [O, block] int64 (the argmax of every row,
-       the lowest id among ties; rows 1..n are the proposals). Block keys/values are never
-       committed.
+       proposal_rows [P] (the block positions read out, the same for every owner: 1..n_draft).
+  out: logits [O * P, V] float32 and proposals [O * P] int64 (the argmax of each row read out,
+       the lowest id among ties; owner-major). The whole block is computed (its rows attend to
+       each other), but the final norm and LM head run on the P rows only. Block keys/values
+       are never committed.
 
 The math is z-lab's DFlashDraftModel (tests/reference/dflash_ref.py cites it line by line):
 context keys/values come from `hidden_norm(fc(taps))` without the layer's input_layernorm; the
@@ -106,7 +108,7 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
                            store: WeightStore, max_cells: int, max_positions: int,
                            dtype: str = "float32", accuracy_level: int = 0) -> onnx.ModelProto:
     """tokens [O, block], positions [O, block], cell_table [O, N], attn_mask [O, 1, block,
-    N + block], pools -> logits [O * block, V] float32, proposals [O, block].
+    N + block], proposal_rows [P], pools -> logits [O * P, V] float32, proposals [O * P].
 
     accuracy_level: the borrowed LM head's, when the target's is block-quantized (the
     target's level: at 0 ONNX Runtime's CPU kernel for 8-bit blocks is over 10x slower)."""
@@ -117,6 +119,7 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
     g.input(names.POSITIONS, "int64", ["O", block])
     g.input(names.CELL_TABLE, "int64", ["O", "N"])
     g.input(names.ATTN_MASK, "bool", ["O", 1, block, f"N + {block}"])
+    g.input(names.PROPOSAL_ROWS, "int64", ["P"])
     for i in range(hp.num_layers):
         g.input(names.k_pool(i), dtype, [max_cells, hp.num_kv_heads * hp.head_dim])
         g.input(names.v_pool(i), dtype, [max_cells, hp.num_kv_heads * hp.head_dim])
@@ -128,15 +131,21 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
         weights = make_layer_weights(w, spec, f"layers.{i}.")
         x, residual, _ = make_layer(g, spec, weights, step, x, residual,
                                     (names.k_pool(i), names.v_pool(i)), f"/layers.{i}")
+    # Only the rows read out pass the final norm (with its residual add) and the LM head.
+    x = g.node("Gather", [x, names.PROPOSAL_ROWS], name="/proposal_rows/GatherX", axis=1)
+    if residual is not None:
+        residual = g.node("Gather", [residual, names.PROPOSAL_ROWS], axis=1,
+                          name="/proposal_rows/GatherResidual")
     normed, _ = make_skip_rms_norm(g, x, residual, w.plain("norm.weight", (hp.hidden_size,)),
                                    hp.rms_eps, "/norm")
     flat = g.node("Reshape", [normed, g.const([-1, hp.hidden_size])], name="/rows/Flat")
     logits = make_lm_head(g, flat, borrow(g, store, embeddings.head))
-    g.output(logits, names.LOGITS, "float32", [f"O * {block}", target.vocab_size])
+    g.output(logits, names.LOGITS, "float32", ["O * P", target.vocab_size])
+    # flat, owner-major: a Reshape to [O, P] would need P as a shape tensor (Shape -> Concat),
+    # which ONNX Runtime places on the CPU provider
     best = g.node("ArgMax", [logits], name="/proposals/ArgMax", axis=1, keepdims=0,
-                  select_last_index=0)
-    proposals = g.node("Reshape", [best, g.const([-1, block])], name="/proposals/Reshape")
-    g.output(proposals, names.PROPOSALS, "int64", ["O", block])
+                  select_last_index=0, outputs=[names.PROPOSALS])
+    g.output(best, names.PROPOSALS, "int64", ["O * P"])
     return g.make_model()
 
 

@@ -8,7 +8,8 @@ may name dims the graph lacks (the sampler's `argmax` reads only R of the step f
   rows, in [1, S * Q] at their largest; N, the cells each row reads, in [0, max_context].
   For the target graph and the `argmax` / `sample` graphs (R rows of logits).
 - owner, one set per owner count o = 1..max_owners: O = o, N in [0, max_context], W = block
-  (the verified window), W_plus_3 = W + 3 (the verify params). For draft_block and the
+  (the verified window), W_plus_3 = W + 3 (the verify params), P in [1, block - 1] (the
+  proposal rows draft_block reads out). For draft_block and the
   `verify_argmax` / `verify` graphs. Without a draft: O = 1, W in [1, widest static width].
 - context, one set: S in [1, the largest batch bucket], Q in [1, widest target step], the rows
   and taps draft_context commits at once.
@@ -131,8 +132,9 @@ def _owner_ranges(manifest: Manifest) -> list[Ranges]:
         widest = manifest.target.static_widths[-1]
         return [with_derived({"O": (1, 1, 1), "W": (1, widest, widest), "N": cells}, derived)]
     block = manifest.draft.block_size
-    return [with_derived({"O": (o, o, o), "W": (block, block, block), "N": cells}, derived)
-            for o in range(1, manifest.draft.max_owners + 1)]
+    rows = (1, block - 1, block - 1)
+    return [with_derived({"O": (o, o, o), "W": (block, block, block), "N": cells, "P": rows},
+                         derived) for o in range(1, manifest.draft.max_owners + 1)]
 
 
 def _save(folder: Path, manifest: Manifest) -> None:

@@ -3,12 +3,13 @@
 `drain` pushes verified tokens' target hidden states (taps, gathered by cell from the target's
 taps pool where the backend keeps it) through `draft_context`; the backend commits the resulting
 keys/values into the draft pools. `propose` runs `draft_block` on
-[anchor, mask...] blocks of up to `max_owners` sessions per call and takes each block's argmax
-rows 1..n_draft (the graph's `proposals`).
+[anchor, mask...] blocks of up to `max_owners` sessions per call; the graph reads out only block
+rows 1..n_draft (`proposal_rows`) and returns their argmax (`proposals`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -81,10 +82,18 @@ class DraftModel:
         tokens = np.full((shape.rows, block), self.method.mask_token_id, dtype=np.int64)
         tokens[:count, 0] = [r.anchor for r in requests]
         feeds = {names.TOKENS: tokens, names.POSITIONS: plan.positions,
-                 names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask}
+                 names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask,
+                 names.PROPOSAL_ROWS: self._rows(n_draft)}
         out = self._run(self.block, f"draft_block [{shape.rows}x{block}]", count, feeds,
                         [names.PROPOSALS], static=shape.is_static)
-        return out[names.PROPOSALS][:count, 1: n_draft + 1].astype(np.int64)
+        return out[names.PROPOSALS].reshape(-1, n_draft)[:count].astype(np.int64)
+
+    @staticmethod
+    @functools.cache
+    def _rows(n_draft: int) -> np.ndarray:
+        rows = np.arange(1, n_draft + 1, dtype=np.int64)
+        rows.flags.writeable = False
+        return rows
 
     def _run(self, engine, method: str, count: int, feeds: dict, outputs: list[str],
              cells: np.ndarray | None = None, static: bool = False,
@@ -116,6 +125,8 @@ def check_draft_graphs(manifest: Manifest, context_outputs: dict, block) -> None
     if width != draft.block_size:
         raise InvalidArtifact(f"{draft.block_graph}: blocks of {width} tokens, manifest field "
                               f"draft.block_size says {draft.block_size}")
+    if names.PROPOSAL_ROWS not in block.inputs:
+        raise InvalidArtifact(f"{draft.block_graph}: input {names.PROPOSAL_ROWS} missing")
     if names.PROPOSALS not in block.outputs:
         raise InvalidArtifact(f"{draft.block_graph}: output {names.PROPOSALS} missing")
     for i in range(draft.num_layers):

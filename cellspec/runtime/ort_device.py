@@ -339,12 +339,12 @@ def device_limits(manifest: Manifest, max_sessions: int) -> dict[str, int]:
     """The largest value of every dim name the graphs bind: buffers are allocated at these.
     S rows (sessions, or a static bucket), Q tokens per row, N cells per row (the context),
     R logits rows (a static piece returns every slot's; a verify every owner's block), O
-    owners of a draft block."""
+    owners of a draft block, P the block rows it reads out (the proposals)."""
     target = manifest.target
     rows = max(max_sessions, target.batch_buckets[-1])
     block = manifest.draft.block_size if manifest.draft else 1
     return {"S": rows, "Q": manifest.max_step_width, "N": manifest.max_context,
-            "R": rows * max(target.static_widths[-1], block), "O": rows}
+            "R": rows * max(target.static_widths[-1], block), "O": rows, "P": block}
 
 
 def device_policy(manifest: Manifest) -> ShapePolicy:

@@ -107,9 +107,11 @@ class Draft:
             self.v_pool[i][cells] = outputs[artifact.v_new(i)][0]
 
     def run_block(self, tokens: np.ndarray, table: np.ndarray, lengths: list[int],
-                  num_visible: list[int]) -> tuple[np.ndarray, np.ndarray]:
+                  num_visible: list[int], rows: list[int] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """Blocks tokens [O, B] at positions lengths[o].., each seeing the first
-        num_visible[o] cells of its cell_table row [O, N] and its whole block."""
+        num_visible[o] cells of its cell_table row [O, N] and its whole block; the logits and
+        proposals of block rows `rows` (default: every row)."""
         owners, block = tokens.shape
         positions = np.array([np.arange(n, n + block) for n in lengths])
         mask = np.zeros((owners, 1, block, table.shape[1] + block), dtype=bool)
@@ -117,7 +119,9 @@ class Draft:
             mask[o, 0, :, :visible] = True
             mask[o, 0, :, table.shape[1]:] = True
         feeds = {artifact.TOKENS: tokens, artifact.POSITIONS: positions,
-                 artifact.CELL_TABLE: table, artifact.ATTN_MASK: mask}
+                 artifact.CELL_TABLE: table, artifact.ATTN_MASK: mask,
+                 artifact.PROPOSAL_ROWS: np.array(range(block) if rows is None else rows,
+                                                  dtype=np.int64)}
         for i in range(self.num_layers):
             feeds[artifact.k_pool(i)], feeds[artifact.v_pool(i)] = self.k_pool[i], self.v_pool[i]
         return tuple(self.block.run([artifact.LOGITS, artifact.PROPOSALS], feeds))
@@ -151,8 +155,8 @@ def test_method_and_geometry(setup):
     assert [o.name for o in draft.context.get_outputs()] == [
         "k_new.0", "v_new.0", "k_new.1", "v_new.1"]
     assert [i.name for i in draft.block.get_inputs()] == [
-        "tokens", "positions", "cell_table", "attn_mask", "k_pool.0", "v_pool.0", "k_pool.1",
-        "v_pool.1"]
+        "tokens", "positions", "cell_table", "attn_mask", "proposal_rows", "k_pool.0",
+        "v_pool.0", "k_pool.1", "v_pool.1"]
     assert [o.name for o in draft.block.get_outputs()] == [artifact.LOGITS, artifact.PROPOSALS]
 
 
@@ -170,7 +174,7 @@ def test_one_owner_matches_reference(setup):
     want = reference(model, embed, head, taps, tokens[0], np.arange(context + block))
     assert logits.shape == (block, VOCAB) and logits.dtype == np.float32
     assert rel_err(logits, want) < 1e-4
-    assert proposals.tolist() == [np.argmax(logits, axis=-1).tolist()]
+    assert proposals.tolist() == np.argmax(logits, axis=-1).tolist()
 
 
 def test_two_owners_in_one_block_call(setup):
@@ -190,6 +194,15 @@ def test_two_owners_in_one_block_call(setup):
     for o, n in enumerate(sizes):
         want = reference(model, embed, head, taps[o], tokens[o], np.arange(n + block))
         assert rel_err(logits[o * block:(o + 1) * block], want) < 1e-4
+    # the proposal rows only: every row still attends to the whole block, so the rows read out
+    # are the reference's rows 1..2, and bit for bit those of the full read-out
+    picked, proposals = draft.run_block(tokens, table, list(sizes), list(sizes), rows=[1, 2])
+    assert picked.shape == (2 * len(sizes), VOCAB) and proposals.shape == (2 * len(sizes),)
+    for o, n in enumerate(sizes):
+        want = reference(model, embed, head, taps[o], tokens[o], np.arange(n + block))
+        assert rel_err(picked[2 * o: 2 * o + 2], want[1:3]) < 1e-4
+        assert np.array_equal(picked[2 * o: 2 * o + 2], logits[o * block + 1: o * block + 3])
+        assert proposals[2 * o: 2 * o + 2].tolist() == np.argmax(want[1:3], axis=-1).tolist()
 
 
 def test_zlab_layout_variants(tmp_path):

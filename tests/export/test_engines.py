@@ -111,7 +111,8 @@ def test_tiny_dflash_artifact_builds_every_graph(trt, dflash_copy):
             "tokens": [[o, block]] * 3, "positions": [[o, block]] * 3,
             "cell_table": [[o, 0], [o, context], [o, context]],
             "attn_mask": [[o, 1, block, block], [o, 1, block, context + block],
-                          [o, 1, block, context + block]]} for o in owners],
+                          [o, 1, block, context + block]],
+            "proposal_rows": [[1], [block - 1], [block - 1]]} for o in owners],
         "argmax.onnx": [{"logits": [[r, vocab] for r in row]} for row in logits_rows],
         "sample.onnx": [{"logits": [[r, vocab] for r in row], "params": [[r, 4] for r in row]}
                         for row in logits_rows],
@@ -212,7 +213,8 @@ def test_context_and_owner_ranges_follow_the_manifest(tiny_artifact):
     assert list(ranges) == ["target.onnx", "c.onnx", "b.onnx"]
     assert ranges["c.onnx"] == [{"S": (1, ROWS, ROWS), "Q": (1, DYNAMIC, DYNAMIC)}]
     assert ranges["b.onnx"] == [{"O": (o, o, o), "W": (16, 16, 16), "N": (0, MAX_CONTEXT,
-                                 MAX_CONTEXT), "W_plus_3": (19, 19, 19)} for o in (1, 2, 3)]
+                                 MAX_CONTEXT), "P": (1, 15, 15), "W_plus_3": (19, 19, 19)}
+                                for o in (1, 2, 3)]
 
 
 @pytest.mark.slow

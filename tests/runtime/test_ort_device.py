@@ -105,7 +105,8 @@ def test_limits_and_policy_follow_the_manifest(dflash_artifact):
     widths, buckets = manifest.target.static_widths, manifest.target.batch_buckets
     limits = device_limits(manifest, max_sessions=40)
     assert limits == {"S": 40, "Q": manifest.max_step_width, "N": manifest.max_context,
-                      "R": 40 * max(widths[-1], manifest.draft.block_size), "O": 40}
+                      "R": 40 * max(widths[-1], manifest.draft.block_size), "O": 40,
+                      "P": manifest.draft.block_size}
     policy = device_policy(manifest)
     assert (policy.static_widths, policy.batch_buckets) == (widths, buckets)
     assert policy.max_cells == manifest.max_context
