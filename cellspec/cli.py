@@ -31,7 +31,8 @@ FLAGS = {
     "max_session_tokens": "--max-session-tokens", "max_sessions": "--max-sessions",
     "max_tokens": "--max-tokens", "temperature": "--temperature", "top_p": "--top-p",
     "top_k": "--top-k", "seed": "--seed", "stop": "--stop", "threads": "--threads",
-    "n_draft": "--n-draft", "backend": "--backend", "model": "--model", "dtype": "--dtype",
+    "n_draft": "--n-draft", "max_spec_batch": "--max-spec-batch", "backend": "--backend",
+    "model": "--model", "dtype": "--dtype",
     "static_widths": "--widths", "dynamic_width": "--dynamic-width",
     "max_context": "--max-context", "max_cells": "--max-cells", "taps": "--taps", "out": "OUT",
     "overwrite=True": "--overwrite", "chat=False": "--no-chat", "quantize": "--quantize",
@@ -157,7 +158,7 @@ def make_llm(args: argparse.Namespace, default_sessions: int, chat: bool | None 
     return LLM(args.model, backend=args.backend, max_sessions=sessions,
                max_session_tokens=args.max_session_tokens, threads=args.threads, chat=chat,
                speculation=False if args.no_speculation else (args.speculation or None),
-               n_draft=args.n_draft)
+               n_draft=args.n_draft, max_spec_batch=args.max_spec_batch)
 
 
 class PrefillProgress:

@@ -154,6 +154,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-draft", type=int, metavar="N",
                         help="DFlash proposals per cycle (default: the draft's block size - 1, "
                         "at most 3 on ort-cpu)")
+    parser.add_argument("--max-spec-batch", type=int, metavar="N",
+                        help="the most requests that speculate in one step; with more, the step "
+                        "decodes plainly (default: no limit, 4 on ort-cpu)")
 
 
 def add_session_arguments(parser: argparse.ArgumentParser, default_sessions: str) -> None:

@@ -30,6 +30,10 @@ __all__ = ["LLM", "RequestOutput", "SamplingParams"]
 # SmolLM2 draft (tau 2.2), 3 proposals gave 1.17x plain decoding at batch 1 where 15 gave 0.90x
 # (bench/NOTES.md). On a GPU a verify of 16 costs about a step, and the default stays block - 1.
 CPU_N_DRAFT = 3
+# ... and a cycle for many sessions costs more than it saves: with the shipped draft, speculation
+# gave 1.54x plain at batch 1, 1.2-1.5x at 2, 1.0-1.1x at 4, 0.9x at 8 and 0.73x at 16 (1.07x
+# with this limit; bench/NOTES.md). Above this many pending sessions, `ort-cpu` steps plainly.
+CPU_MAX_SPEC_BATCH = 4
 
 
 class LLM:
@@ -38,13 +42,16 @@ class LLM:
     prompts in the chat template (default: when the model has one). `speculation`: DFlash
     speculate-verify cycles (default: when the artifact has a draft; the bundled model is
     exported with its draft only when True); the text is the same either way. `n_draft`:
-    proposals per cycle (default: block size - 1, at most CPU_N_DRAFT on `ort-cpu`)."""
+    proposals per cycle (default: block size - 1, at most CPU_N_DRAFT on `ort-cpu`).
+    `max_spec_batch`: the most sessions that speculate in one step; with more, the step is
+    plain (default: no limit, CPU_MAX_SPEC_BATCH on `ort-cpu`)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
                  export_config: ExportConfig | None = None, chat: bool | None = None,
                  max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
-                 speculation: bool | None = None, n_draft: int | None = None) -> None:
+                 speculation: bool | None = None, n_draft: int | None = None,
+                 max_spec_batch: int | None = None) -> None:
         if chat is not None and not isinstance(chat, bool):
             raise InvalidArgument(f"chat {chat!r}: expected True, False or None")
         if speculation is not None and not isinstance(speculation, bool):
@@ -59,11 +66,16 @@ class LLM:
                       max_session_tokens=max_session_tokens, threads=threads)
         self.executor: Executor | DFlashExecutor
         if has_draft and speculation is not False:
-            if n_draft is None and backend == "ort-cpu":
-                n_draft = min(CPU_N_DRAFT, manifest.draft.block_size - 1)
-            self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft)
-        elif n_draft is not None:
-            raise InvalidArgument("n_draft is set, but speculation is off")
+            if backend == "ort-cpu":
+                if n_draft is None:
+                    n_draft = min(CPU_N_DRAFT, manifest.draft.block_size - 1)
+                if max_spec_batch is None:
+                    max_spec_batch = CPU_MAX_SPEC_BATCH
+            self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft,
+                                                max_spec_batch=max_spec_batch)
+        elif n_draft is not None or max_spec_batch is not None:
+            name = "n_draft" if n_draft is not None else "max_spec_batch"
+            raise InvalidArgument(f"{name} is set, but speculation is off")
         else:
             self.executor = Executor.load(self.folder, **limits)
         self.tokenizer = Tokenizer.load(self.folder, self.executor.manifest)

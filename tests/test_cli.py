@@ -101,6 +101,8 @@ def test_bench_prints_tokens_per_second(artifact):
     (("generate", "x", "--temperature", "1e-40", "--model", "{art}"), "temperature 1e-40"),
     (("generate", "x", "--speculation", "--no-speculation"), "not allowed with argument"),
     (("generate", "x", "--speculation", "--model", "{art}"), "has no draft"),
+    (("generate", "x", "--max-spec-batch", 2, "--model", "{art}"),
+     "--max-spec-batch is set, but speculation is off"),
 ])
 def test_bad_arguments_print_one_line_and_exit_2(artifact, tmp_path, args, message):
     args = [str(a).format(art=artifact, tmp=tmp_path) for a in args]

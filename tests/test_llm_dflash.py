@@ -56,6 +56,10 @@ def test_speculation_switches_are_validated(chat_dflash_artifact, tmp_path_facto
         LLM(chat_dflash_artifact, n_draft=4)
     with pytest.raises(InvalidArgument, match="speculation is off"):
         LLM(chat_dflash_artifact, speculation=False, n_draft=2)
+    with pytest.raises(InvalidArgument, match="max_spec_batch is set, but speculation is off"):
+        LLM(chat_dflash_artifact, speculation=False, max_spec_batch=2)
+    with pytest.raises(InvalidArgument, match="max_spec_batch 0"):
+        LLM(chat_dflash_artifact, max_spec_batch=0)
     with pytest.raises(InvalidArgument, match="speculation"):
         LLM(chat_dflash_artifact, speculation="yes")
     with pytest.raises(InvalidArgument, match="has no draft"):
@@ -96,10 +100,10 @@ def test_bursts_stop_exactly_where_plain_decoding_stops(chat_dflash_artifact, pa
 
 
 def test_cpu_speculates_three_proposals_by_default(tmp_path_factory):
-    """On ort-cpu a cycle proposes at most CPU_N_DRAFT tokens unless told otherwise; the text is
-    the same at every n_draft."""
+    """On ort-cpu a cycle proposes at most CPU_N_DRAFT tokens, and at most CPU_MAX_SPEC_BATCH
+    sessions speculate at once, unless told otherwise; the text is the same at every n_draft."""
     from cellspec.export import ExportConfig, export
-    from cellspec.llm import CPU_N_DRAFT
+    from cellspec.llm import CPU_MAX_SPEC_BATCH, CPU_N_DRAFT
 
     root = tmp_path_factory.mktemp("block-8")
     checkpoint = save_checkpoint(root / "checkpoint")
@@ -113,8 +117,9 @@ def test_cpu_speculates_three_proposals_by_default(tmp_path_factory):
     params = SamplingParams(max_tokens=16, temperature=0.8, seed=2, ignore_eos=True)
     default = LLM(root / "artifact", max_sessions=1)
     assert CPU_N_DRAFT == 3 and default.executor.n_draft == 3
-    wide = LLM(root / "artifact", max_sessions=1, n_draft=7)
-    assert wide.executor.n_draft == 7
+    assert CPU_MAX_SPEC_BATCH == 4 and default.executor.max_spec_batch == 4
+    wide = LLM(root / "artifact", max_sessions=1, n_draft=7, max_spec_batch=9)
+    assert wide.executor.n_draft == 7 and wide.executor.max_spec_batch == 9
     plain = LLM(root / "artifact", max_sessions=1, speculation=False)
     expected = plain.generate([PROMPTS[0]], params)[0].token_ids
     assert default.generate([PROMPTS[0]], params)[0].token_ids == expected

@@ -4,6 +4,7 @@ Prints tokens/s for each, tau (tokens committed per cycle), proposals accepted p
 cost of one cycle (drain + draft + verify + commit) over the cost of one plain decode step.
 
     python tools/bench_spec.py --artifact DIR [--batches 1,6] [--tokens 48] [--n-draft 15,7,3]
+        [--max-spec-batch N]
     python tools/bench_spec.py --random-draft   # SmolLM2 + a random draft: tau ~ 1, pure overhead
 """
 
@@ -29,6 +30,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--n-draft", default="",
                         help="proposals per cycle to compare, e.g. 15,7,3 (default: the "
                         "draft's block size less one)")
+    parser.add_argument("--max-spec-batch", type=int,
+                        help="the most sessions speculating in one step (default: LLM's, 4 on "
+                        "ort-cpu)")
     args = parser.parse_args()
     if (args.artifact is None) == (not args.random_draft):
         parser.error("pass exactly one of --artifact and --random-draft")
@@ -66,7 +70,8 @@ def main() -> None:
 
     args = parse_args()
     folder = args.artifact or random_draft_artifact()
-    print(f"{folder}: {args.tokens} tokens per request, {args.threads} threads")
+    print(f"{folder}: {args.tokens} tokens per request, {args.threads} threads, "
+          f"max_spec_batch {args.max_spec_batch or 'as LLM sets it'}")
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
     print(f"{'batch':>5} {'n_draft':>7} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} "
           f"{'tau':>5} "
@@ -79,7 +84,7 @@ def main() -> None:
         step_seconds = decode.seconds / decode.calls
         for n_draft in n_drafts:
             spec = LLM(folder, max_sessions=batch, threads=args.threads, speculation=True,
-                       n_draft=n_draft)
+                       n_draft=n_draft, max_spec_batch=args.max_spec_batch)
             spec_seconds, spec_count, outputs = run(spec, batch, args.tokens)
             stats = spec.executor.stats
             cycle = stats.seconds.get("round", 0.0) / max(stats.rounds, 1)  # a cycle per owner

@@ -8,6 +8,10 @@ the frontier takes the fast path:
 one cycle (drain, draft, verify, commit accepted + 1) instead of a plain step. Any other input
 runs a plain target step. Target tokens are drawn with the uniform of their position, so the
 text equals plain decoding's at any temperature.
+
+`max_spec_batch`: when more inputs of one batch could speculate, they all take a plain step
+instead (their taps wait in the pool and are drained at the next cycle). On the CPU a verify
+costs about its width in steps, so a cycle for many sessions costs more than it saves.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class SpecStats:
     proposed: int = 0
     accepted: int = 0
     bonus: int = 0  # cycles whose every proposal was accepted
+    plain_over_limit: int = 0  # batches stepped plainly: more than max_spec_batch could speculate
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -50,7 +55,8 @@ class SpecStats:
 
 class DFlashExecutor(Executor):
     def __init__(self, *args, draft: DraftModel | None = None,
-                 proposer: Proposer | None = None, n_draft: int | None = None) -> None:
+                 proposer: Proposer | None = None, n_draft: int | None = None,
+                 max_spec_batch: int | None = None) -> None:
         super().__init__(*args)
         self.draft = draft
         self.proposer = proposer or draft
@@ -62,19 +68,26 @@ class DFlashExecutor(Executor):
         if isinstance(n_draft, bool) or not isinstance(n_draft, int) or not 2 <= n_draft <= limit:
             raise InvalidArgument(f"n_draft {n_draft!r}: expected an int in [2, {limit}]")
         self.n_draft = n_draft
+        if max_spec_batch is not None and (isinstance(max_spec_batch, bool) or not isinstance(
+                max_spec_batch, int) or max_spec_batch < 1):
+            raise InvalidArgument(f"max_spec_batch {max_spec_batch!r}: expected an int >= 1 or "
+                                  "None (no limit)")
+        self.max_spec_batch = max_spec_batch
         self.stats = SpecStats()
 
     @classmethod
     def load(cls, artifact: str | Path, backend: str | Backend = "ort-cpu", max_sessions: int = 8,
              max_session_tokens: int = 0, threads: int | None = None,
-             proposer: Proposer | None = None, n_draft: int | None = None) -> DFlashExecutor:
+             proposer: Proposer | None = None, n_draft: int | None = None,
+             max_spec_batch: int | None = None) -> DFlashExecutor:
         """Load an artifact with its draft (or, for tests, any `proposer`)."""
         parts = load_parts(artifact, backend, max_sessions, max_session_tokens, threads)
         folder, manifest, engines = parts[:3]
         if proposer is None and manifest.draft is None:
             raise InvalidArgument(f"{artifact}: the artifact has no draft (export with --draft)")
         draft = None if proposer else DraftModel(folder, manifest, engines)
-        return cls(*parts, draft=draft, proposer=proposer, n_draft=n_draft)
+        return cls(*parts, draft=draft, proposer=proposer, n_draft=n_draft,
+                   max_spec_batch=max_spec_batch)
 
     # -- session hooks: the draft cache follows the target ---------------------------------
 
@@ -105,9 +118,13 @@ class DFlashExecutor(Executor):
     # -- steps -----------------------------------------------------------------------------
 
     def execute(self, batch: Sequence[BatchInput]) -> list[Output | None]:
-        """Run one batch: pending-token inputs speculate, the rest take a plain step."""
+        """Run one batch: pending-token inputs speculate (at most `max_spec_batch` of them, else
+        none), the rest take a plain step."""
         batch = self.validate(batch)
         fast = [i for i, item in enumerate(batch) if self._can_speculate(item)]
+        if self.max_spec_batch is not None and len(fast) > self.max_spec_batch:
+            fast = []
+            self.stats.plain_over_limit += 1
         plain = [i for i in range(len(batch)) if i not in fast]
         outputs: list[Output | None] = [None] * len(batch)
         try:

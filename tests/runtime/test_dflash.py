@@ -78,10 +78,50 @@ def test_clone_and_rewind_keep_both_caches_in_step(dflash_artifact):
     spec.cache.check()
 
 
+@pytest.mark.parametrize("name", sorted(SAMPLINGS))
+def test_batches_over_max_spec_batch_step_plainly(dflash_artifact, name):
+    """With 3 sessions pending and max_spec_batch 2, steps are plain (no cycle, the draft cache
+    left behind); once one session is done, the other two speculate, draining the taps the
+    plain steps left. The text equals plain decoding's throughout."""
+    sampling = SAMPLINGS[name]
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=4, n_draft=3, max_spec_batch=2)
+    texts = prompts(3, seed=21)
+    plain = [run_alone(plain_executor(spec), p, sampling, seed=90 + i, steps=30)
+             for i, p in enumerate(texts)]
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, seed=90 + i)
+    assert spec_decode(spec, sids[:1], texts[:1], 1) == [plain[0][:1]]  # prefill alone
+    assert spec_decode(spec, sids[1:], texts[1:], 1) == [p[:1] for p in plain[1:]]
+    produced = {sid: [p[0]] for sid, p in zip(sids, plain)}
+    for _ in range(6):  # three pending sessions: plain steps, one token each
+        outs = spec.execute([BatchInput(s, (produced[s][-1],), spec.pos(s)) for s in sids])
+        assert [len(o.tokens) for o in outs] == [1, 1, 1]
+        for out in outs:
+            produced[out.sid].extend(out.tokens)
+    assert spec.stats.cycles == 0 and spec.stats.plain_over_limit == 6
+    # nothing drained yet: the prompts' and the six steps' taps wait in the target's pool
+    assert [spec.draft.cache.pos(s) for s in sids] == [0, 0, 0]
+    assert [spec.pos(s) for s in sids] == [len(t) + 6 for t in texts]
+    spec.close_session(sids[0])
+    while any(len(produced[s]) < 30 for s in sids[1:]):
+        live = [s for s in sids[1:] if len(produced[s]) < 30]
+        for out in spec.execute([BatchInput(s, (produced[s][-1],), spec.pos(s)) for s in live]):
+            produced[out.sid].extend(out.tokens)
+    assert spec.stats.cycles > 0 and spec.stats.plain_over_limit == 6
+    assert [produced[s][:30] for s in sids[1:]] == [p[:30] for p in plain[1:]]
+    assert produced[sids[0]] == plain[0][:7]
+    spec.draft.cache.check()
+    spec.cache.check()
+
+
 def test_bad_n_draft_and_target_only_artifact(dflash_artifact, tiny_artifact):
     for bad in (1, 5, -1):
         with pytest.raises(InvalidArgument, match="n_draft"):
             DFlashExecutor.load(dflash_artifact, n_draft=bad)
+    for bad in (0, -2, True, 1.5, "4"):
+        with pytest.raises(InvalidArgument, match="max_spec_batch"):
+            DFlashExecutor.load(dflash_artifact, max_spec_batch=bad)
     with pytest.raises(InvalidArgument, match="no draft"):
         DFlashExecutor.load(tiny_artifact)
 
