@@ -149,3 +149,62 @@ def test_learning_rate_warms_up_holds_until_planned_then_decays():
     assert learning_rate(cfg, 55, 100) == pytest.approx(0.55e-3)  # half way down the cosine
     assert learning_rate(cfg, 100, 100) == pytest.approx(1e-4)
     assert learning_rate(cfg, 150, 100) == pytest.approx(1e-4)
+
+
+class _FakeClock:
+    """`time` as the training loop sees it: time() advances only when a step says so."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.now, self.strftime = 1000.0, time.strftime
+
+    def time(self) -> float:
+        return self.now
+
+
+class _TimedTrainer:
+    """Stands in for Trainer: each step takes `durations[i]` seconds of the fake clock."""
+
+    def __init__(self, clock: _FakeClock, durations, warmup_steps: int) -> None:
+        from tools.dflash_train.train import TrainConfig
+
+        self.clock, self.durations = clock, list(durations)
+        self.cfg = TrainConfig(batch=2, warmup_steps=warmup_steps)
+
+    def step(self, data, batch, state) -> dict:
+        self.clock.now += self.durations[min(state.step, len(self.durations) - 1)]
+        state.step += 1
+        return {"loss": 1.0, "ce": 1.0, "tau": 1.0, "lr": 1e-3, "grad_norm": 1.0,
+                "acc": [0.5, 0.25]}
+
+
+@pytest.mark.parametrize(("warmup_steps", "expected"), [
+    (100, 100 + (300 - 46 - 10) * 10),  # planned at step 100 (46 s in), at 0.1 s a step
+    (10, 13 + (300 - 13 - 10)),  # planned after calibration (13 s in), at 1 s a step
+])
+def test_the_schedule_is_planned_after_the_warm_up_from_recent_steps(
+        monkeypatch, tmp_path, warmup_steps, expected):
+    """A GPU's first steps are slow for longer than the settle steps: 1 s each for 40 steps,
+    then 0.1 s. With a warm-up of 100 steps the schedule is fitted when it ends, from the recent
+    steps' 0.1 s, so it fills the 300 s budget with 2,540 steps (planning at step 13 from the
+    1 s steps gave 290, the bug seen on the H200); with a warm-up of 10, at calibration."""
+    from tools.dflash_train import data as data_io
+    from tools.dflash_train import progress, session
+    from tools.dflash_train.train import TrainState
+
+    clock = _FakeClock()
+    monkeypatch.setattr(session, "time", clock)
+    monkeypatch.setattr(progress, "time", clock)
+    monkeypatch.setattr(session, "save", lambda *args: 0)
+    monkeypatch.setattr(session, "say", lambda *args: None)
+    rng = np.random.default_rng(0)
+    data = data_io.append(data_io.empty({}), [rng.integers(5, 200, 12) for _ in range(8)],
+                          [4] * 8, list(range(8)), [0] * 8, [0] * 8, [True] * 8)
+    trainer = _TimedTrainer(clock, [1.0] * 40 + [0.1], warmup_steps)
+    log = session.RunLog(tmp_path, "train", {})
+    limits = session.RunLimits(max_seconds=400.0, plan_seconds=300.0, run_steps=120)
+    state = session.run_training(trainer, TrainState(seed=0), data, tmp_path / "ckpt", log,
+                                 limits)
+    assert state.step == 120 and abs(state.total_steps - expected) <= 1  # float sums of 0.1
+    assert session.fit_total_steps(13, 13.0, 300.0, 1.0) == 13 + 277

@@ -63,7 +63,8 @@ def _train(p: argparse.ArgumentParser) -> None:
         g.add_argument(flag, type=kind)
     g.add_argument("--anchors-per-seq", dest="anchors", type=int)
     g.add_argument("--moments-dtype", choices=("bfloat16", "float32"))
-    g.add_argument("--steps", type=int, help="schedule length (0 = fit to --plan-seconds)")
+    g.add_argument("--steps", type=int, help="schedule length (0 = fit to --plan-seconds when the "
+                   "learning-rate warm-up ends)")
     g.add_argument("--train-seconds", type=float, help="time budget of this training run")
     g.add_argument("--plan-seconds", type=float, help="with --steps 0: time the schedule "
                    "spans (default --train-seconds; larger to finish it in a resumed run)")

@@ -1,8 +1,12 @@
 """A training run: build or resume, step until the schedule or the time budget ends, checkpoint.
 
 The schedule's length (`total_steps`) is given, taken from the resumed checkpoint, or (0) fitted
-to `plan_seconds` once CALIBRATION_STEPS steps have been timed: total = steps that fit. It is
-saved with the checkpoint, so a resumed run continues the same cosine. A run stops before a step
+to `plan_seconds` when the learning-rate warm-up ends (the cosine starts there; before it the
+schedule does not need its length) and at least CALIBRATION_STEPS steps have been timed: total
+= steps that fit at the median time of the recent steps. A GPU's first steps are slow (kernel
+autotuning, allocator growth, every new batch shape) for longer than SETTLE_STEPS; planning
+from them once fitted a few hundred steps into a budget for thousands. It is saved with the
+checkpoint, so a resumed run continues the same cosine. A run stops before a step
 that would overrun `max_seconds` (keeping room for the final checkpoint), and writes a
 checkpoint every `save_every` seconds and at the end.
 """
@@ -90,8 +94,9 @@ def run_training(trainer: Trainer, state: TrainState, data: Sequences, folder: P
         state.seconds += time.time() - tick
         done += 1
         window.append(metrics)
-        if state.total_steps == 0 and done == SETTLE_STEPS + CALIBRATION_STEPS:
-            _plan(state, limits, progress.elapsed(), clock.step_seconds)
+        if (state.total_steps == 0 and done >= SETTLE_STEPS + CALIBRATION_STEPS
+                and state.step >= trainer.cfg.warmup_steps):
+            _plan(state, limits, progress.elapsed(), clock.recent_seconds)
             progress.total = state.total_steps - state.step + done
         if progress.due() or not _may_step(state, limits, done, progress.elapsed(), clock):
             _report(log, state, window, progress, done, clock)
@@ -125,6 +130,11 @@ class _Clock:
     def step_seconds(self) -> float:
         return float(np.mean(self.times[-50:])) if self.times else 0.0
 
+    @property
+    def recent_seconds(self) -> float:
+        """The median of the last 50 timed steps: what a step costs from now on."""
+        return float(np.median(self.times[-50:])) if self.times else 0.0
+
 
 def _may_step(state: TrainState, limits: RunLimits, done: int, elapsed: float,
               clock: _Clock) -> bool:
@@ -140,10 +150,15 @@ def _may_step(state: TrainState, limits: RunLimits, done: int, elapsed: float,
 def _plan(state: TrainState, limits: RunLimits, elapsed: float, step_seconds: float) -> None:
     budget = limits.plan_seconds or limits.max_seconds
     assert budget, "total_steps 0 needs a time budget (plan_seconds or max_seconds)"
-    left = budget - elapsed - 10.0  # room for checkpoints
-    state.total_steps = state.step + max(1, int(left / step_seconds))
+    state.total_steps = fit_total_steps(state.step, elapsed, budget, step_seconds)
     say("train", f"{step_seconds * 1000:.0f} ms a step: schedule planned for "
         f"{state.total_steps} steps")
+
+
+def fit_total_steps(step: int, elapsed: float, budget: float, step_seconds: float) -> int:
+    """The schedule's length: the steps done plus those that fit in what is left of `budget`
+    (10 s kept for checkpoints) at `step_seconds` each; at least one more."""
+    return step + max(1, int((budget - elapsed - 10.0) / max(step_seconds, 1e-9)))
 
 
 def _timed_save(trainer, state, folder, limits, clock) -> float:
