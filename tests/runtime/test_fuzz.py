@@ -248,15 +248,16 @@ def test_fuzz_plain_executor(tiny_artifact, monkeypatch, seed):
     assert executor.cache.num_used == 0
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_fuzz_dflash_executor(dflash_artifact, monkeypatch, seed):
+@pytest.mark.parametrize(("seed", "max_spec_batch"), [(0, None), (1, 2)])
+def test_fuzz_dflash_executor(dflash_artifact, monkeypatch, seed, max_spec_batch):
     executor = DFlashExecutor.load(dflash_artifact, max_sessions=5, max_session_tokens=BUDGET,
-                                   n_draft=3)
+                                   n_draft=3, max_spec_batch=max_spec_batch)
     reference = Executor.load(dflash_artifact, max_sessions=1, max_session_tokens=BUDGET)
     fuzzer = Fuzzer(executor, reference, np.random.default_rng(seed))
     fuzzer.run(OPERATIONS, monkeypatch)
     assert fuzzer.counts["outputs"] > 200 and fuzzer.counts["refusals"] > 100
     assert executor.stats.cycles > 20
+    assert (executor.stats.plain_over_limit > 0) == (max_spec_batch is not None)
     for sid in list(fuzzer.history):
         executor.close_session(sid)
     assert executor.cache.num_used == 0 and executor.draft.cache.num_used == 0
