@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from cellspec.errors import InvalidArgument
+from cellspec.manifest_fields import is_int
 from cellspec.runtime.backend import Backend
 from cellspec.runtime.draft import DraftModel, ProposalRequest
 from cellspec.runtime.executor import Executor, load_parts
@@ -68,11 +69,10 @@ class DFlashExecutor(Executor):
         if isinstance(n_draft, bool) or not isinstance(n_draft, int) or not 2 <= n_draft <= limit:
             raise InvalidArgument(f"n_draft {n_draft!r}: expected an int in [2, {limit}]")
         self.n_draft = n_draft
-        if max_spec_batch is not None and (isinstance(max_spec_batch, bool) or not isinstance(
-                max_spec_batch, int) or max_spec_batch < 1):
+        if max_spec_batch is not None and not (is_int(max_spec_batch) and max_spec_batch >= 1):
             raise InvalidArgument(f"max_spec_batch {max_spec_batch!r}: expected an int >= 1 or "
                                   "None (no limit)")
-        self.max_spec_batch = max_spec_batch
+        self.max_spec_batch = None if max_spec_batch is None else int(max_spec_batch)
         self.stats = SpecStats()
 
     @classmethod

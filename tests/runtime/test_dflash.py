@@ -119,9 +119,11 @@ def test_bad_n_draft_and_target_only_artifact(dflash_artifact, tiny_artifact):
     for bad in (1, 5, -1):
         with pytest.raises(InvalidArgument, match="n_draft"):
             DFlashExecutor.load(dflash_artifact, n_draft=bad)
-    for bad in (0, -2, True, 1.5, "4"):
+    for bad in (0, -2, True, 1.5, "4", np.int64(0)):
         with pytest.raises(InvalidArgument, match="max_spec_batch"):
             DFlashExecutor.load(dflash_artifact, max_spec_batch=bad)
+    limited = DFlashExecutor.load(dflash_artifact, max_spec_batch=np.int64(3))  # numpy ints too
+    assert limited.max_spec_batch == 3 and type(limited.max_spec_batch) is int
     with pytest.raises(InvalidArgument, match="no draft"):
         DFlashExecutor.load(tiny_artifact)
 
