@@ -12,6 +12,8 @@
 #   bash tools/gpu_run.sh smollm2    # real SmolLM2, plain vs speculative (DRAFTS=folders)
 #   bash tools/gpu_run.sh retrain4   # the shipped draft continued on 6.7M tokens (.gpu/data4)
 #   bash tools/gpu_run.sh final      # shape A steps, GPU tests, SmolLM2 plain vs spec
+#   bash tools/gpu_run.sh distill    # soft-label training: the shipped draft and a 4-layer one
+#   bash tools/gpu_run.sh distill2   # both resumed, then SmolLM2 plain vs spec with each
 set -uo pipefail
 source /tmp/gpusite/env.sh || exit 3
 export TQDM_DISABLE=1 PYTHONUNBUFFERED=1
@@ -103,8 +105,43 @@ case "${1:-}" in
     cp "$WORK"/t4/log.json "$OUT"/train4_log.json
     mkdir -p "$OUT"/draft4 && cp "$WORK"/t4/draft/* "$OUT"/draft4/
     ;;
+  distill|distill2)  # two drafts side by side on the GPU, trained on .gpu/data4 (carried) with
+             # the target's soft labels: the shipped 2-layer draft continued (d2) and the same
+             # grown to 4 layers (d4); held-out eval, both exported. distill2 resumes both, then
+             # times the real SmolLM2 plain vs speculative with the shipped draft, d2 and d4.
+    one() {  # name, then the arguments that start or resume it
+      local name=$1; shift
+      python3 tools/train_dflash.py all --out "$WORK/$name" --data .gpu/data4/data.npz \
+          --generate-seconds 0 --train-seconds "${TRAIN_S:-420}" --eval-batch 128 "$@" \
+          > "$WORK/$name.$MODE.log" 2>&1
+    }
+    MODE=$1
+    if [ "$MODE" = distill ]; then
+      for spec in "d2 2 2e-4" "d4 4 4e-4"; do
+        set -- $spec
+        one $1 --init "$SHIPPED" --layers $2 --lr $3 --distill "${DISTILL:-1}" --steps 0 \
+            --plan-seconds "${PLAN_S:-720}" &
+      done
+    else
+      for name in d2 d4; do one $name --resume "$WORK/$name/ckpt" & done
+    fi
+    wait
+    for name in d2 d4; do grep -h "step .*/\|tau:" "$WORK"/$name.*.log | tail -12; done
+    mkdir -p "$OUT"/d2 "$OUT"/d4
+    cp "$WORK"/d2/draft/model.safetensors "$OUT"/d2/
+    cp "$WORK"/d4/draft/*.safetensors "$OUT"/d4/
+    tar -C "$WORK" -czf "$OUT"/small.tgz d2/log.json d4/log.json d2/draft/config.json \
+        $(cd "$WORK" && ls d4/draft/*.json *.log)
+    if [ "$MODE" = distill2 ] || [ -n "${BENCH:-}" ]; then
+      for draft in "$SHIPPED" "$WORK"/d2/draft "$WORK"/d4/draft; do
+        python3 tools/gpu_bench.py smollm2 --dtype float16 --draft "$draft" --n-draft 15,7 \
+            --out "$OUT/real-$(basename "$(dirname "$draft")")" --work "$WORK" 2>&1 \
+            | grep -v "plugin EP" | tail -7
+      done
+    fi
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2" >&2
     exit 2
     ;;
 esac

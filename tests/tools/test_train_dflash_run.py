@@ -202,3 +202,83 @@ def test_init_starts_from_an_exported_draft(overfit, generated, tiny_target, tmp
     with pytest.raises(SystemExit, match="exclude each other"):
         train(tmp_path / "both", generated, tiny_target, "--init", str(tmp_path / "draft"),
               "--resume", str(tmp_path / "run" / "ckpt"))
+
+
+def test_init_grows_the_draft_with_identity_layers(overfit, generated, tiny_target, tmp_path):
+    """--layers above the exported draft's depth appends layers whose output projections start
+    at zero: the grown draft's hidden states equal the exported draft's, bit for bit, until
+    training moves them; shrinking is refused."""
+    draft = overfit[0]
+    ckpt_io.export_draft(tmp_path / "draft", draft.cfg, draft.state_dict())
+    meta, tensors = train(tmp_path / "run", generated, tiny_target, "--init",
+                          str(tmp_path / "draft"), "--layers", "4", "--steps", "1", "--lr", "0",
+                          "--weight-decay", "0")
+    cfg = DraftConfig(**meta["draft"])
+    assert cfg.num_layers == 4 and cfg.intermediate_size == draft.cfg.intermediate_size
+    state = ckpt_io.model_state(tensors)
+    for name, tensor in draft.state_dict().items():
+        assert torch.equal(state[name], tensor.half().float()), name
+    for i in (2, 3):
+        assert not state[f"layers.{i}.self_attn.o_proj.weight"].any()
+        assert not state[f"layers.{i}.mlp.down_proj.weight"].any()
+        assert state[f"layers.{i}.self_attn.q_proj.weight"].abs().sum() > 0  # random, trainable
+    grown, small = DFlashDraft(cfg), DFlashDraft(draft.cfg)
+    grown.load_state_dict(state)
+    small.load_state_dict({n: t.half().float() for n, t in draft.state_dict().items()})
+    rng = torch.Generator().manual_seed(0)
+    h, taps, q, s = cfg.hidden_size, len(cfg.tap_layer_ids), cfg.block_size, 7
+    inputs = (torch.randn(2, s, taps * h, generator=rng), torch.randn(2, q, h, generator=rng),
+              torch.arange(s).expand(2, s), torch.arange(s, s + q).expand(2, q),
+              torch.ones(2, q, s + q, dtype=torch.bool))
+    with torch.no_grad():
+        assert torch.equal(grown(*inputs), small(*inputs))
+    with pytest.raises(SystemExit, match="can only grow"):
+        train(tmp_path / "shrunk", generated, tiny_target, "--init", str(tmp_path / "draft"),
+              "--layers", "1")
+
+
+def test_distill_loss_is_the_kl_to_the_full_targets_next_token_distribution(generated,
+                                                                             tiny_target):
+    """--distill 1: each row's loss is KL(p || q), p from transformers' own full forward of the
+    target (its logits at the position before the row's token), q the draft's; the weighted
+    mean over rows is the loss. --distill 0 keeps the labels' CE."""
+    from tools.dflash_train import blocks
+    from tools.dflash_train.cli import make_parser
+    from tools.dflash_train.commands import draft_config
+    from tools.dflash_train.session import make_trainer
+    from tools.dflash_train.target import build_target, load_target_checkpoint
+    from tools.dflash_train.train import TrainConfig, block_hidden, collate
+
+    args = make_parser().parse_args(["train", "--out", "unused", *DRAFT])
+    ckpt = load_target_checkpoint(tiny_target)
+    trainer = make_trainer(ckpt, draft_config(args, ckpt), TrainConfig(distill=1.0),
+                           torch.device("cpu"), amp=False)
+    data = data_io.load(generated / "data.npz")
+    ids, lengths, prompt_lens = collate(data, np.arange(3), "cpu")
+    anchors, is_valid = blocks.sample_anchors(np.random.default_rng(0), prompt_lens, lengths, 4)
+    anchors, is_valid = torch.from_numpy(anchors), torch.from_numpy(is_valid)
+    lengths = torch.from_numpy(lengths)
+    from tools.dflash_train.target import target_taps_and_final
+
+    taps, final = target_taps_and_final(trainer.target, ids, trainer.draft.cfg.tap_layer_ids)
+    with torch.no_grad():
+        loss, metrics = trainer.loss(ids, lengths, taps, anchors, is_valid, final)
+        ce_loss, _ = trainer.loss(ids, lengths, taps, anchors, is_valid)
+        reference = build_target(ckpt, "cpu")(input_ids=ids).logits.log_softmax(-1)  # [N, S, V]
+        rows = block_hidden(trainer.draft, trainer.embed, ids, taps, anchors)[:, :, 1:]
+        log_q = (rows @ trainer.lm_head.T).log_softmax(-1)
+    bsz = trainer.draft.cfg.block_size
+    labels = blocks.block_labels(ids, lengths, anchors, is_valid, bsz)
+    weights = blocks.position_weights(bsz, trainer.cfg.gamma)
+    total = weighted = ce_total = 0.0
+    for n, a, j in zip(*np.nonzero(labels.numpy() >= 0)):
+        log_p = reference[n, anchors[n, a] + j]  # row j + 1 predicts token anchor + j + 1
+        kl = float((log_p.exp() * (log_p - log_q[n, a, j])).sum())
+        total += float(weights[j]) * kl
+        ce_total += float(weights[j]) * -float(log_q[n, a, j, labels[n, a, j]])
+        weighted += float(weights[j])
+    assert float(loss) == pytest.approx(total / weighted, rel=1e-4)
+    assert float(ce_loss) == pytest.approx(ce_total / weighted, rel=1e-4)
+    assert metrics["kl"] > 0 and 1.0 <= metrics["tau_target"] <= bsz
+    with pytest.raises(ValueError, match="distill"):
+        TrainConfig(distill=1.5)

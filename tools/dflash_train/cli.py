@@ -46,7 +46,8 @@ def _generate(p: argparse.ArgumentParser) -> None:
 
 def _train(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("draft shape (ignored with --resume)")
-    g.add_argument("--layers", type=int, default=2)
+    g.add_argument("--layers", type=int, help="draft depth (default 2; with --init: grow the "
+                   "draft to this many layers, the new ones appended as identities)")
     g.add_argument("--intermediate-size", type=int, default=768,
                    help="draft MLP width (0 = the target's)")
     g.add_argument("--block-size", type=int, default=16)
@@ -59,7 +60,7 @@ def _train(p: argparse.ArgumentParser) -> None:
                    "z-lab folder, e.g. the shipped one) with a fresh optimizer and schedule")
     for flag, kind in (("--lr", float), ("--min-lr-ratio", float), ("--warmup-steps", int),
                        ("--batch", int), ("--gamma", float), ("--weight-decay", float),
-                       ("--grad-clip", float), ("--seed", int)):
+                       ("--grad-clip", float), ("--seed", int), ("--distill", float)):
         g.add_argument(flag, type=kind)
     g.add_argument("--anchors-per-seq", dest="anchors", type=int)
     g.add_argument("--moments-dtype", choices=("bfloat16", "float32"))

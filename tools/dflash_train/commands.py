@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import torch
@@ -24,6 +24,7 @@ from tools.dflash_train.target import build_target, chat_tokenizer, load_target_
 from tools.dflash_train.train import TrainConfig, TrainState
 
 CHECKPOINT_BUDGET_BYTES = 48_000_000
+DEFAULT_LAYERS = 2
 DATA_NAME, CHECKPOINT_NAME, DRAFT_NAME = "data.npz", "ckpt", "draft"
 
 
@@ -90,7 +91,8 @@ def draft_config(args, ckpt) -> DraftConfig:
     depth = ckpt.config["num_hidden_layers"]
     taps = tuple(args.taps) if args.taps else spread_taps(depth, args.num_taps)
     mask = args.mask_token_id if args.mask_token_id is not None else default_mask_token(ckpt)
-    return DraftConfig.for_target(ckpt.config, num_layers=args.layers, block_size=args.block_size,
+    return DraftConfig.for_target(ckpt.config, num_layers=args.layers or DEFAULT_LAYERS,
+                                  block_size=args.block_size,
                                   taps=taps, mask_token_id=mask,
                                   intermediate_size=args.intermediate_size)
 
@@ -113,6 +115,8 @@ def cmd_train(args: argparse.Namespace, ckpt=None, data=None) -> Path:
         trainer, state = resume_trainer(ckpt, args.resume, train_overrides(args), device, amp)
     else:  # fresh, or warm from an exported draft (its shape and weights, a new schedule)
         start = load_draft(args.init, device) if args.init else None
+        if start is not None and args.layers is not None:
+            start = grow_draft(start, args.layers)
         cfg = draft_config(args, ckpt) if start is None else start.cfg
         overrides = {"gamma": default_gamma(cfg.block_size), **train_overrides(args)}
         trainer = make_trainer(ckpt, cfg, TrainConfig(**overrides), device, amp)
@@ -140,6 +144,29 @@ def _check_budget(cfg: DraftConfig, moments_dtype: str) -> None:
     if size > CHECKPOINT_BUDGET_BYTES:
         say("train", f"WARNING: a checkpoint of this draft is {size / 1e6:.1f} MB, over the "
             f"{CHECKPOINT_BUDGET_BYTES / 1e6:.0f} MB one GPU run can bring back")
+
+
+def grow_draft(draft: DFlashDraft, layers: int) -> DFlashDraft:
+    """The draft with `layers` layers: its own first, then new ones whose output projections
+    (o_proj, down_proj) start at zero, so that each new layer adds nothing to the residual
+    stream and the grown draft proposes exactly what the smaller one did until training moves
+    them (their other weights get the usual random init, so gradients reach them at once)."""
+    cfg = draft.cfg
+    if layers < cfg.num_layers:
+        raise SystemExit(f"train: --layers {layers} with --init: the draft has {cfg.num_layers} "
+                         "layers, and can only grow")
+    if layers == cfg.num_layers:
+        return draft
+    grown = DFlashDraft(replace(cfg, num_layers=layers)).to(draft.inv_freq.device)
+    missing, unexpected = grown.load_state_dict(draft.state_dict(), strict=False)
+    assert not unexpected and all(n.startswith("layers.") for n in missing), (missing, unexpected)
+    with torch.no_grad():
+        for layer in grown.layers[cfg.num_layers:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    say("train", f"grown from {cfg.num_layers} to {layers} layers (new layers start as "
+        "identities)")
+    return grown.eval().requires_grad_(False)
 
 
 def load_draft(folder: Path, device: torch.device) -> DFlashDraft:

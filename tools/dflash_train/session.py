@@ -43,8 +43,10 @@ class RunLimits:
 
 def make_trainer(target_ckpt, draft_cfg: DraftConfig, train_cfg: TrainConfig,
                  device: torch.device, amp: bool) -> Trainer:
-    """A fresh draft (seeded init) and the target truncated after its last tap."""
-    target = build_target(target_ckpt, device, num_layers=max(draft_cfg.tap_layer_ids) + 1)
+    """A fresh draft (seeded init) and the target truncated after its last tap (whole when it
+    gives soft labels)."""
+    depth = None if train_cfg.distill > 0 else max(draft_cfg.tap_layer_ids) + 1
+    target = build_target(target_ckpt, device, num_layers=depth)  # whole for soft labels
     torch.manual_seed(train_cfg.seed)
     draft = DFlashDraft(draft_cfg).to(device)
     return Trainer(draft, target, target.model.embed_tokens.weight, target.lm_head.weight,
@@ -170,12 +172,13 @@ def _timed_save(trainer, state, folder, limits, clock) -> float:
 
 def _report(log, state, window, progress, done, clock) -> None:
     mean = {key: float(np.nanmean([m[key] for m in window])) for key in
-            ("loss", "ce", "tau", "lr", "grad_norm")}
+            ("loss", "ce", "tau", "lr", "grad_norm", "kl", "tau_target") if key in window[0]}
     acc = np.mean([m["acc"] for m in window], axis=0).round(3).tolist()
     rate = state.tokens / max(state.seconds, 1e-9)
     say("train", f"step {state.step}/{state.total_steps or '?'} loss {mean['loss']:.3f} "
         f"tau~{mean['tau']:.2f} acc1 {acc[0]:.3f} lr {mean['lr']:.2e} "
-        f"{clock.step_seconds * 1000:.0f} ms/step {rate:.0f} tok/s "
+        + (f"kl {mean['kl']:.3f} tau_target~{mean['tau_target']:.2f} " if "kl" in mean else "")
+        + f"{clock.step_seconds * 1000:.0f} ms/step {rate:.0f} tok/s "
         f"ETA {progress.eta(done):.0f} s")
     log.event(step=state.step, epoch=state.epoch, **{k: round(v, 5) for k, v in mean.items()},
               acc=acc, step_seconds=round(clock.step_seconds, 4))

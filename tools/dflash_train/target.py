@@ -110,9 +110,17 @@ def target_taps(model: LlamaForCausalLM, ids: torch.Tensor,
     """ids [N, S] (right-padded: causal attention keeps padding out of real rows) -> taps
     [N, S, n_taps * hidden], the tapped layers' outputs concatenated in tap order (z-lab's fc
     input). Runs the decoder only: with a truncated target, no layer past the last tap."""
+    return target_taps_and_final(model, ids, tap_layer_ids)[0]
+
+
+@torch.no_grad()
+def target_taps_and_final(model: LlamaForCausalLM, ids: torch.Tensor,
+                          tap_layer_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(taps as target_taps gives them, the decoder's output after the final norm [N, S, H]:
+    what the LM head reads, meaningful only for an untruncated target)."""
     with recording_taps(model, tap_layer_ids) as outputs:
-        model.model(input_ids=ids, use_cache=False)
-    return torch.cat([outputs[i] for i in tap_layer_ids], dim=-1)
+        final = model.model(input_ids=ids, use_cache=False).last_hidden_state
+    return torch.cat([outputs[i] for i in tap_layer_ids], dim=-1), final
 
 
 def chat_tokenizer(ckpt: Any) -> Any:

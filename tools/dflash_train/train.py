@@ -4,8 +4,12 @@ One step: N sequences (an epoch is a seeded permutation of the data; `cursor` wa
 anchors each drawn from the step's RNG, taps of the frozen target under no_grad, one packed
 draft forward, loss = sum_j w_j CE(row j) / sum_j w_j over valid rows j >= 1 with
 w_j = exp(-(j-1)/gamma), AdamW with linear warmup then cosine decay to min_lr_ratio * lr,
-gradient clipping. Everything that decides the next step (weights, moments, step, epoch,
-cursor, RNG) is in the checkpoint, so a resumed run takes the same steps.
+gradient clipping. With `distill` d > 0 each row's loss is (1 - d) CE(label) + d KL(p || q):
+p is the full target's next-token distribution at the row's position (the data is the target's
+own continuation, so p is what the label was drawn from), q the draft's. Soft labels carry the
+whole distribution where a sampled label carries one draw of it. Everything that decides the
+next step (weights, moments, step, epoch, cursor, RNG) is in the checkpoint, so a resumed run
+takes the same steps.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch.nn.functional as F
 from tools.dflash_train import blocks
 from tools.dflash_train.data import Sequences
 from tools.dflash_train.model import DFlashDraft
-from tools.dflash_train.target import target_taps
+from tools.dflash_train.target import target_taps_and_final
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,11 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     moments_dtype: str = "bfloat16"
+    distill: float = 0.0  # weight of KL(target || draft) against the labels' CE, 0..1
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.distill <= 1.0:
+            raise ValueError(f"distill {self.distill}: expected a weight in 0..1")
 
 
 def learning_rate(cfg: TrainConfig, step: int, total_steps: int) -> float:
@@ -135,13 +144,14 @@ class Trainer:
         anchors, is_valid = blocks.sample_anchors(state.rng, prompt_lens, lengths,
                                                   self.cfg.anchors)
         with self.autocast():
-            taps = target_taps(self.target, ids, self.draft.cfg.tap_layer_ids)
+            taps, final = target_taps_and_final(self.target, ids, self.draft.cfg.tap_layer_ids)
         lr = learning_rate(self.cfg, state.step, state.total_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss, metrics = self.loss(ids, torch.from_numpy(lengths).to(self.device), taps,
                                   torch.from_numpy(anchors).to(self.device),
-                                  torch.from_numpy(is_valid).to(self.device))
+                                  torch.from_numpy(is_valid).to(self.device),
+                                  final if self.cfg.distill > 0 else None)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.draft.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
@@ -155,18 +165,44 @@ class Trainer:
         with self.autocast():
             return block_hidden(self.draft, self.embed, ids, taps, anchors)
 
-    def loss(self, ids, lengths, taps, anchors, is_valid) -> tuple[torch.Tensor, dict]:
+    def loss(self, ids, lengths, taps, anchors, is_valid, final=None
+             ) -> tuple[torch.Tensor, dict]:
+        """final: the full target's normed output [N, S, H] (with distill > 0)."""
         labels = blocks.block_labels(ids, lengths, anchors, is_valid, self.draft.cfg.block_size)
         rows = self.hidden(ids, taps, anchors)[:, :, 1:]  # [N, A, B-1, H]
         valid = labels >= 0
         with self.autocast():
             logits = rows[valid] @ self.lm_head.T  # [R, V]
-        ce = F.cross_entropy(logits.float(), labels[valid], reduction="none")
+        log_q = F.log_softmax(logits.float(), -1)
+        ce = F.nll_loss(log_q, labels[valid], reduction="none")
+        per_row, extra = ce, {}
+        if final is not None:
+            log_p = target_log_probs(final, self.lm_head, anchors, valid, self.autocast)
+            kl = (log_p.exp() * (log_p - log_q)).sum(-1)
+            per_row = (1 - self.cfg.distill) * ce + self.cfg.distill * kl
+            agree = torch.zeros_like(valid)
+            agree[valid] = logits.argmax(-1) == log_p.argmax(-1)
+            extra = {"kl": float(kl.mean()),
+                     "tau_target": block_metrics(ce.mean(), ce, agree, valid)["tau"]}
         weights = self.weights.expand_as(labels)[valid]
-        loss = (ce * weights).sum() / weights.sum()
+        loss = (per_row * weights).sum() / weights.sum()
         correct = torch.zeros_like(valid)
         correct[valid] = logits.argmax(-1) == labels[valid]
-        return loss, block_metrics(loss, ce, correct, valid)
+        return loss, {**block_metrics(loss, ce, correct, valid), **extra}
+
+
+def target_log_probs(final: torch.Tensor, lm_head: torch.Tensor, anchors: torch.Tensor,
+                     valid: torch.Tensor, autocast) -> torch.Tensor:
+    """The target's log-distribution of each valid block row's token [R, V] (float32): row j
+    of the block at anchor p is token p + j, which the target predicts from position p + j - 1
+    (final [N, S, H], anchors [N, A], valid [N, A, B-1])."""
+    offsets = torch.arange(valid.shape[-1], device=final.device)
+    where = (anchors[:, :, None] + offsets).clamp(max=final.shape[1] - 1)  # p + j - 1
+    hidden = final.gather(1, where.view(len(final), -1, 1).expand(-1, -1, final.shape[-1]))
+    hidden = hidden.view(*where.shape, -1)[valid]
+    with torch.no_grad(), autocast():
+        logits = hidden @ lm_head.T
+    return F.log_softmax(logits.float(), -1)
 
 
 def block_hidden(draft: DFlashDraft, embed: torch.Tensor, ids: torch.Tensor, taps: torch.Tensor,
