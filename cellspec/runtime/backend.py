@@ -141,12 +141,14 @@ def check_backend(backend: str, dtype: str, threads: int | None) -> None:
 
 
 def load_backend(backend: str, folder: Path, manifest: Manifest, threads: int | None,
-                 max_sessions: int) -> Backend:
-    """The backend named `backend` (checked by `check_backend` first) for this artifact."""
+                 max_sessions: int, lone_engine: bool = False) -> Backend:
+    """The backend named `backend` (checked by `check_backend` first) for this artifact.
+    lone_engine: the executor runs one engine only (plain decoding), so the CPU's pool threads
+    may spin between its runs."""
     if backend == "ort-cuda":
         from cellspec.runtime.ort_device import make_cuda_backend
 
         return make_cuda_backend(folder, manifest, max_sessions)
     from cellspec.runtime.ort_cpu import OrtCpuBackend
 
-    return OrtCpuBackend(threads)
+    return OrtCpuBackend(threads, spinning=lone_engine)

@@ -51,7 +51,8 @@ class Executor:
     def load(cls, artifact: str | Path, backend: str | Backend = "ort-cpu", max_sessions: int = 8,
              max_session_tokens: int = 0, threads: int | None = None) -> Executor:
         """Load an artifact; 0 tokens = the largest budget every session can fill at once."""
-        return cls(*load_parts(artifact, backend, max_sessions, max_session_tokens, threads))
+        return cls(*load_parts(artifact, backend, max_sessions, max_session_tokens, threads,
+                               lone_engine=True))
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -238,16 +239,18 @@ class Executor:
 
 
 def load_parts(artifact: str | Path, backend: str | Backend, max_sessions: int,
-               max_session_tokens: int, threads: int | None) -> tuple:
+               max_session_tokens: int, threads: int | None, lone_engine: bool = False
+               ) -> tuple:
     """What an executor is made of, each checked: (folder, manifest, backend, target,
-    max_sessions, per-session token budget). `backend` is a name, or (tests) a Backend."""
+    max_sessions, per-session token budget). `backend` is a name, or (tests) a Backend.
+    lone_engine: the target is the only engine the executor runs (see load_backend)."""
     folder = Path(artifact)
     manifest = Manifest.load(folder)
     if isinstance(backend, str):
         check_backend(backend, manifest.model.dtype, threads)
     budget = check_limits(manifest, max_sessions, max_session_tokens)
     if isinstance(backend, str):
-        backend = load_backend(backend, folder, manifest, threads, max_sessions)
+        backend = load_backend(backend, folder, manifest, threads, max_sessions, lone_engine)
     target = TargetModel(folder, manifest, backend)
     return folder, manifest, backend, target, max_sessions, budget
 

@@ -26,7 +26,7 @@ QUIET = 4  # ONNX Runtime's log severity "fatal": its own lines never reach the 
 class OrtCpuEngine(Engine):
     """An ONNX Runtime CPU session over one graph of an artifact."""
 
-    def __init__(self, path: Path, threads: int | None) -> None:
+    def __init__(self, path: Path, threads: int | None, spinning: bool = False) -> None:
         import onnxruntime as ort
 
         if not path.is_file():
@@ -35,9 +35,11 @@ class OrtCpuEngine(Engine):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads or os.cpu_count() or 1
         options.log_severity_level = QUIET
-        # Spinning pool threads keep a core busy after each run; with several sessions (target,
-        # draft) alternating on few cores they starve each other.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Spinning pool threads keep a core busy after each run: a lone session's next run
+        # starts without waking them, but with several sessions (target, draft) alternating on
+        # few cores the idle ones' spinning starves the running one.
+        options.add_session_config_entry("session.intra_op.allow_spinning",
+                                         "1" if spinning else "0")
         try:
             self.session = ort.InferenceSession(
                 str(path), options, providers=["CPUExecutionProvider"])
@@ -79,13 +81,17 @@ class HostPools(Pools):
 
 
 class OrtCpuBackend(Backend):
+    """`spinning`: the engines' pool threads spin between runs, for an executor whose only
+    engine is the target (plain decoding); with a draft they must sleep (see OrtCpuEngine)."""
+
     name = "ort-cpu"
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, spinning: bool = False) -> None:
         self.threads = threads
+        self.spinning = spinning
 
     def load_engine(self, path: Path) -> OrtCpuEngine:
-        return OrtCpuEngine(path, self.threads)
+        return OrtCpuEngine(path, self.threads, self.spinning)
 
     def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
                    dtype: type) -> HostPools:
