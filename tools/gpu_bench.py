@@ -161,7 +161,7 @@ def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
     for k in range(warmup + steps):
         if k == warmup:
             _reset(backend)
-        engine_before = sum(s.seconds for s in executor.target.stats.values())
+        engine_before = engine_seconds_of(executor)
         start = time.perf_counter()
         outs = executor.execute([BatchInput(s, (t,), executor.pos(s))
                                  for s, t in zip(sids, tokens)])
@@ -169,8 +169,7 @@ def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
         tokens = [o.tokens[-1] for o in outs]
         if k >= warmup:
             times.append(elapsed)
-            engine_seconds.append(sum(s.seconds for s in executor.target.stats.values())
-                                  - engine_before)
+            engine_seconds.append(engine_seconds_of(executor) - engine_before)
     for sid in sids:
         executor.close_session(sid)
     step = statistics.median(times)
@@ -180,6 +179,14 @@ def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
             "host_outside_engine_ms": 1e3 * statistics.median(
                 [t - e for t, e in zip(times, engine_seconds)]),
             "phases_ms_per_step": phases, "tokens_per_s": batch / step}
+
+
+def engine_seconds_of(executor) -> float:
+    """Seconds spent in engine calls so far: the target's, and the draft's where there is one
+    (before 2026-12-01 the draft's calls were counted as host time)."""
+    draft = getattr(executor, "draft", None)
+    stats = [*executor.target.stats.values(), *(draft.stats.values() if draft else ())]
+    return sum(s.seconds for s in stats)
 
 
 def _clear_stats(executor) -> None:
@@ -238,7 +245,27 @@ def cmd_dflash(args) -> None:
                      "host_outside_engine_ms": cycle["host_outside_engine_ms"],
                      "ms_per_call": methods})
         print(json.dumps(rows[-1]), flush=True)
+        if args.profile:
+            profile_cycles(spec, batch, args, args.out / f"dflash_{args.shape}_b{batch}.prof.txt")
     write(args.out / "dflash.json", rows)
+
+
+def profile_cycles(executor, batch: int, args, path: Path) -> None:
+    """cProfile of `args.steps` decode calls (DFlash cycles here) after the timed ones: where
+    the host spends a cycle, and which calls wait for the device (the syncs and downloads)."""
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    time_decode(executor, batch, args.context, args.steps, warmup=1)
+    profile.disable()
+    text = io.StringIO()
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(profile, stream=text).sort_stats(order).print_stats(45)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.getvalue())
 
 
 def cmd_smollm2(args) -> None:
@@ -341,6 +368,8 @@ def main() -> None:
     commands.choices["steps"].add_argument("--shapes", default="A,B,C")
     commands.choices["steps"].add_argument("--batches", default="1,8,32")
     commands.choices["dflash"].add_argument("--shape", default="C")
+    commands.choices["dflash"].add_argument("--profile", action="store_true",
+                                            help="also write a cProfile of the cycles per batch")
     commands.choices["smollm2"].add_argument(
         "--n-draft", help="proposals per cycle to compare, e.g. 15,7 (default: block size - 1)")
     for sub in commands.choices.values():

@@ -14,6 +14,7 @@
 #   bash tools/gpu_run.sh final      # shape A steps, GPU tests, SmolLM2 plain vs spec
 #   bash tools/gpu_run.sh distill    # soft-label training: the shipped draft and a 4-layer one
 #   bash tools/gpu_run.sh distill2   # both resumed, then SmolLM2 plain vs spec with each
+#   bash tools/gpu_run.sh drains     # GPU tests, DFlash cycles on A and C (profiled), SmolLM2
 set -uo pipefail
 source /tmp/gpusite/env.sh || exit 3
 export TQDM_DISABLE=1 PYTHONUNBUFFERED=1
@@ -140,8 +141,19 @@ case "${1:-}" in
       done
     fi
     ;;
+  drains)  # after the static drains: GPU tests, a DFlash cycle against a step on shapes A (a
+            # random 5-layer draft) and C with cProfiles of the cycles, the real SmolLM2
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
+        | tee "$OUT"/gpu_tests.log | tail -4
+    python3 tools/gpu_bench.py dflash --shape A --with-draft --profile --out "$OUT"/a \
+        --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -3
+    python3 tools/gpu_bench.py smollm2 --dtype float16 --draft "$SHIPPED" --n-draft 15,7 \
+        --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -7
+    python3 tools/gpu_bench.py dflash --shape C --profile --out "$OUT"/c --work "$WORK" 2>&1 \
+        | grep -v "plugin EP" | tail -3
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains" >&2
     exit 2
     ;;
 esac

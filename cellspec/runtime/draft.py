@@ -56,10 +56,22 @@ class DraftModel:
         for piece in plan_pieces(lengths.tolist(), self.max_width):
             index = np.stack([starts[c.run] + c.start + np.arange(piece.width)
                               for c in piece.chunks])  # [S, Q]
-            plan = self.cache.declare_step(seq_ids[index[:, 0]], [piece.width] * len(index))
-            hidden = Gather(names.HIDDEN, taps, TAPS_POOL, cells[index])
-            self._run(self.context, "draft_context", int(index.size),
-                      {names.POSITIONS: plan.positions}, [], plan.cells, gather=hidden)
+            rows = len(index)
+            # padded to the backend's shape (a static one replays as a CUDA graph): padding
+            # slots read the taps' scratch cell and write the draft's
+            shape = self.policy.shape(rows, piece.width, 0)
+            plan = self.cache.declare_step(np.r_[seq_ids[index[:, 0]],
+                                                 [PAD_SEQ] * (shape.rows - rows)],
+                                           np.r_[[piece.width] * rows,
+                                                 [0] * (shape.rows - rows)], shape.width)
+            read = np.full((shape.rows, shape.width), self.cache.scratch_cell, np.int64)
+            read[:rows, : piece.width] = cells[index]
+            hidden = Gather(names.HIDDEN, taps, TAPS_POOL, read)
+            kind = "static" if shape.is_static else "dynamic"
+            self._run(self.context, f"draft_context {kind} {shape.rows}x{shape.width}",
+                      int(index.size),
+                      {names.POSITIONS: plan.positions}, [], plan.cells, gather=hidden,
+                      static=shape.is_static)
             self.cache.commit_step(plan)
 
     def propose(self, requests: list[ProposalRequest], n_draft: int) -> np.ndarray:

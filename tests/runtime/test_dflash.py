@@ -44,7 +44,7 @@ def test_speculation_equals_plain_decoding(dflash_artifact, name, count):
         spec.set_sampling(sid, sampling, seed=70 + i)
     assert spec_decode(spec, sids, texts, 20) == [p[:20] for p in plain]
     assert spec.stats.cycles > 0 and spec.stats.proposed == spec.stats.cycles * 4
-    assert spec.draft.stats["draft_context"].calls > 0
+    assert sum(s.calls for k, s in spec.draft.stats.items() if k.startswith("draft_context")) > 0
     for sid in sids:
         spec.close_session(sid)
     assert spec.cache.num_used == 0 and spec.draft.cache.num_used == 0

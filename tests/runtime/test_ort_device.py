@@ -98,6 +98,12 @@ def test_bound_speculation_equals_cpu_plain(dflash_artifact, sampling, attention
     assert spec_decode(spec, sids, texts, 14) == [e[:14] for e in expected]
     assert spec.stats.cycles > 0
     assert any(key.startswith("draft_block [4x") for key in spec.draft.stats)
+    # drains within a static width ran padded to static shapes (a CUDA graph each on the
+    # GPU): 3 sessions in a bucket of 4 rows; only a prompt's long drain ran dynamic
+    drains = [key.split()[1:] for key in spec.draft.stats if key.startswith("draft_context")]
+    widest = max(spec.draft.policy.static_widths)
+    assert any(kind == "static" and shape.startswith("4x") for kind, shape in drains)
+    assert all(int(shape.split("x")[1]) > widest for kind, shape in drains if kind == "dynamic")
 
 
 def test_limits_and_policy_follow_the_manifest(dflash_artifact):
