@@ -37,6 +37,7 @@ class QuantLinear:
     bits: int
     block_size: int
     has_offsets: bool  # Q4_1's per-block minimum: y += (block sums of x) @ offsets
+    has_zero_points: bool = True  # False: every code's zero point is MatMulNBits' default
 
     def initializer(self, suffix: str) -> str:
         return f"{self.prefix}.{suffix}"
@@ -128,7 +129,8 @@ def make_matmul_nbits(g: GraphBuilder, x: str, weight: QuantLinear, name: str,
     `offsets` [num_blocks, N]: y = MatMulNBits(x) + (x summed per block of K) @ offsets, which
     is exact where a float zero point -m / d is not, and keeps ONNX Runtime's packed kernel."""
     w = weight.initializer
-    inputs = [x, w("qweight"), w("scales"), w("zero_points")]
+    inputs = [x, w("qweight"), w("scales")] + ([w("zero_points")] if weight.has_zero_points
+                                                else [])
     y = g.node("MatMulNBits", inputs, name=f"{name}/MatMulNBits",
                outputs=None if weight.has_offsets else outputs, domain=CONTRIB,
                K=weight.in_features, N=weight.out_features, bits=weight.bits,

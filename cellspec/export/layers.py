@@ -89,7 +89,8 @@ class Weights:
             for name, array in arrays.items():
                 self.store.add(name, array)
             self.store.meta[prefix] = QuantLinear(prefix, in_features, sum(out_sizes), q.bits,
-                                                  q.block_size, q.offsets is not None)
+                                                  q.block_size, q.offsets is not None,
+                                                  not q.has_default_zero_points)
         return borrow(self.g, self.store, self.store.meta[prefix])
 
     def _blocks(self, name: str, out: int, in_features: int, bits: int) -> BlockQuantized:

@@ -103,10 +103,19 @@ class BlockQuantized:
         return self.zero_points.dtype == np.float32
 
     @property
+    def has_default_zero_points(self) -> bool:
+        """Every zero point is MatMulNBits' default code 2^(bits-1) (Q8_0's 128, Q4_0's 8),
+        so the graph leaves them out."""
+        return not self.has_float_zero_points and bool(
+            np.all(self.zero_points == 1 << (self.bits - 1)))
+
+    @property
     def nbytes(self) -> int:
         """Bytes of its MatMulNBits initializers (4-bit uint8 zero points packed two a byte)."""
         zero_points = self.zero_points.nbytes
-        if self.bits == 4 and not self.has_float_zero_points:
+        if self.has_default_zero_points:
+            zero_points = 0
+        elif self.bits == 4 and not self.has_float_zero_points:
             zero_points = self.shape[0] * -(-self.num_blocks // 2)
         offsets = 0 if self.offsets is None else self.offsets.nbytes
         return self.data.nbytes + self.scales.nbytes + zero_points + offsets

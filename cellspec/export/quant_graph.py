@@ -34,7 +34,9 @@ def initializers(q: BlockQuantized, prefix: str,
     """The MatMulNBits arrays of `q` by name; `dtype` is the activation type A (float32 or
     float16: GGUF scales and offsets are float16 values, so float16 keeps them exact)."""
     arrays = {f"{prefix}.qweight": q.data, f"{prefix}.scales": q.scales.astype(dtype)}
-    if q.has_float_zero_points:
+    if q.has_default_zero_points:  # left out: MatMulNBits' default, which skips loading them
+        pass
+    elif q.has_float_zero_points:
         arrays[f"{prefix}.zero_points"] = q.zero_points.astype(dtype)
     elif q.bits == 4:
         pairs = np.zeros((q.shape[0], -(-q.num_blocks // 2) * 2), dtype=np.uint8)
@@ -61,9 +63,14 @@ def matmul_nbits_node(name: str, x: str, prefix: str, q: BlockQuantized, output:
     """y [..., N] = x [..., K] @ W^T, offsets left out (`make_quantized_linear` adds them).
     accuracy_level 4 quantizes x to int8 per block (faster at one row, not exact); 0 keeps
     float32 arithmetic."""
-    inputs = [x, f"{prefix}.qweight", f"{prefix}.scales", f"{prefix}.zero_points"]
+    inputs = _matmul_inputs(x, prefix, q)
     return helper.make_node("MatMulNBits", inputs, [output], name=name, domain=CONTRIB_DOMAIN,
                             **_matmul_attrs(q, accuracy_level))
+
+
+def _matmul_inputs(x: str, prefix: str, q: BlockQuantized) -> list[str]:
+    zero_points = [] if q.has_default_zero_points else [f"{prefix}.zero_points"]
+    return [x, f"{prefix}.qweight", f"{prefix}.scales", *zero_points]
 
 
 def gather_block_quantized_node(name: str, ids: str, prefix: str, q: BlockQuantized,
@@ -79,7 +86,7 @@ def make_quantized_linear(emit: Emit, x: str, prefix: str, q: BlockQuantized, na
                           accuracy_level: int = 0, x_rank: int = 2) -> str:
     """x [..., K] (rank `x_rank`) @ W^T -> [..., N]. With offsets (Q4_1), the exact
     y = MatMulNBits(x) + (per-block sums of x) [..., num_blocks] @ offsets [num_blocks, N]."""
-    inputs = [x, f"{prefix}.qweight", f"{prefix}.scales", f"{prefix}.zero_points"]
+    inputs = _matmul_inputs(x, prefix, q)
     y = emit("MatMulNBits", inputs, name=f"{name}/MatMulNBits", domain=CONTRIB_DOMAIN,
              **_matmul_attrs(q, accuracy_level))
     if q.offsets is None:

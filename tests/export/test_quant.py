@@ -334,6 +334,11 @@ def test_initializers_and_nbytes():
     np.testing.assert_array_equal(arrays["w.offsets"].astype(np.float32), q4_1.offsets.T)
     assert q4_1.nbytes == 10 * 3 * (16 + 4 + 4) + 10 * 2
     assert np.all(np.abs(q4_1.offsets) <= q4_1.scales / 2)  # centred zero points
+    # Q8_0's zero points are all MatMulNBits' default (128): the graph leaves them out
+    q8_0 = from_gguf_tensor(gguf_tensor(rng.standard_normal((10, 96)).astype(np.float32), "Q8_0"))
+    arrays = initializers(q8_0, "w")
+    assert q8_0.has_default_zero_points and not q4_1.has_default_zero_points
+    assert set(arrays) == {"w.qweight", "w.scales"} and q8_0.nbytes == 10 * 3 * (32 + 4)
 
 
 def test_invalid_inputs():
