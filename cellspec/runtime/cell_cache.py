@@ -131,16 +131,22 @@ class CellCache:
 
     def declare_step(self, seq_ids: np.ndarray, counts: np.ndarray, width: int | None = None,
                      num_cells: int | None = None, causal: bool = True,
-                     writes: bool = True) -> StepPlan:
+                     writes: bool = True, rows: int | None = None) -> StepPlan:
         """Plan a step without changing anything: row s feeds `counts[s]` tokens of sequence
         `seq_ids[s]` at positions pos(seq), pos(seq)+1, ...; PAD_SEQ rows have count 0.
-        width: Q (default: the largest count); num_cells: N (default: the longest sequence),
-        both at least what the rows need, so a backend can pad to fixed shapes.
+        width: Q (default: the largest count); num_cells: N (default: the longest sequence);
+        rows: S, the rows given then PAD_SEQ rows (default: the rows given); each at least what
+        the rows need, so a backend can pad to fixed shapes.
         Not causal: a token sees every token of its row (a DFlash block).
         Not writing: every token's keys/values go to the scratch cell and the plan cannot be
         committed, so the step needs no free cells."""
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
+        if rows is not None:
+            if rows < seq_ids.size:
+                raise InvalidArgument(f"step of {rows} rows cannot hold {seq_ids.size}")
+            seq_ids = np.r_[seq_ids, np.full(rows - seq_ids.size, PAD_SEQ, np.int64)]
+            counts = np.r_[counts, np.zeros(rows - counts.size, np.int64)]
         lengths = self._check_rows(seq_ids, counts)
         width = int(counts.max()) if width is None else width
         num_cells = int(lengths.max(initial=0)) if num_cells is None else num_cells

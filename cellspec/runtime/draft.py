@@ -21,7 +21,7 @@ from cellspec import artifact as names
 from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.runtime.backend import TAPS_POOL, Backend, Gather, Pools
-from cellspec.runtime.cell_cache import PAD_SEQ, CellCache
+from cellspec.runtime.cell_cache import CellCache
 from cellspec.runtime.planner import plan_pieces
 from cellspec.runtime.target import MethodStats, check_pools
 
@@ -60,10 +60,8 @@ class DraftModel:
             # padded to the backend's shape (a static one replays as a CUDA graph): padding
             # slots read the taps' scratch cell and write the draft's
             shape = self.policy.shape(rows, piece.width, 0)
-            plan = self.cache.declare_step(np.r_[seq_ids[index[:, 0]],
-                                                 [PAD_SEQ] * (shape.rows - rows)],
-                                           np.r_[[piece.width] * rows,
-                                                 [0] * (shape.rows - rows)], shape.width)
+            plan = self.cache.declare_step(seq_ids[index[:, 0]], [piece.width] * rows,
+                                           shape.width, rows=shape.rows)
             read = np.full((shape.rows, shape.width), self.cache.scratch_cell, np.int64)
             read[:rows, : piece.width] = cells[index]
             hidden = Gather(names.HIDDEN, taps, TAPS_POOL, read)
@@ -85,12 +83,10 @@ class DraftModel:
         seqs = np.array([r.sid for r in requests], dtype=np.int64)
         longest = max(self.cache.pos(int(s)) for s in seqs)
         shape = self.policy.shape(count, block, longest)
-        padding = shape.rows - count
         # Each block sees its owner's context cells and, bidirectionally, itself; its keys and
         # values are never committed, so the plan takes no cells.
-        plan = self.cache.declare_step(np.r_[seqs, [PAD_SEQ] * padding],
-                                       np.r_[[block] * count, [0] * padding], block,
-                                       shape.cells, causal=False, writes=False)
+        plan = self.cache.declare_step(seqs, [block] * count, block, shape.cells, causal=False,
+                                       writes=False, rows=shape.rows)
         tokens = np.full((shape.rows, block), self.method.mask_token_id, dtype=np.int64)
         tokens[:count, 0] = [r.anchor for r in requests]
         feeds = {names.TOKENS: tokens, names.POSITIONS: plan.positions,

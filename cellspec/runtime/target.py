@@ -22,7 +22,7 @@ from cellspec.artifact import LayerCache, Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.rewrite import ATTN_SEQLENS, grouped_feeds
 from cellspec.runtime.backend import TAPS_POOL, Backend, Engine, TensorSpec
-from cellspec.runtime.cell_cache import PAD_SEQ, CellCache, StepPlan
+from cellspec.runtime.cell_cache import CellCache, StepPlan
 from cellspec.runtime.draws import DRAWN, Draws, make_draws
 from cellspec.runtime.planner import Piece, PieceShape, plan_pieces
 
@@ -99,10 +99,8 @@ class TargetModel:
         rows = len(piece.chunks)
         longest = max(self.cache.pos(int(s)) for s in seqs)
         shape = self.policy.shape(rows, piece.width, longest)
-        padding = shape.rows - rows
-        plan = self.cache.declare_step(np.r_[seqs, [PAD_SEQ] * padding],
-                                       np.r_[[piece.width] * rows, [0] * padding],
-                                       shape.width, shape.cells)
+        plan = self.cache.declare_step(seqs, [piece.width] * rows, shape.width, shape.cells,
+                                       rows=shape.rows)
         return plan, shape
 
     def _run(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray, rows: np.ndarray,

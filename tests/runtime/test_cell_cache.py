@@ -156,6 +156,7 @@ def test_refusals_change_nothing():
         lambda: cache.declare_step(np.array([PAD_SEQ]), np.array([1])),  # padding with tokens
         lambda: cache.declare_step(np.array([0]), np.array([3]), width=2),  # too narrow
         lambda: cache.declare_step(np.array([0]), np.array([1]), num_cells=1),  # reads 2
+        lambda: cache.declare_step(np.array([0, 1]), np.array([1, 1]), rows=1),  # 2 rows
         lambda: cache.commit_step(plan),  # stale
     ]
     for call in bad:
@@ -163,6 +164,18 @@ def test_refusals_change_nothing():
             call()
         assert cache.snapshot() == before
     cache.check()
+
+
+def test_rows_pad_a_step_with_padding_rows():
+    """rows=S: the rows given, then PAD_SEQ rows of no tokens, as if passed explicitly."""
+    cache = CellCache(8)
+    cache.seq_new(0)
+    padded = cache.declare_step(np.array([0]), np.array([2]), width=2, rows=3)
+    explicit = cache.declare_step(np.array([0, PAD_SEQ, PAD_SEQ]), np.array([2, 0, 0]), width=2)
+    assert padded.seq_ids.tolist() == [0, PAD_SEQ, PAD_SEQ]
+    assert padded.counts.tolist() == [2, 0, 0]
+    for field in ("cells", "positions", "cell_table", "attn_mask"):
+        np.testing.assert_array_equal(getattr(padded, field), getattr(explicit, field))
 
 
 def test_scratch_cell_is_never_handed_out():
