@@ -21,6 +21,11 @@ that the new form makes dead) change.
   int32 scalar (N + Q, in host memory, as the op wants it). The others (float32 inputs, sliding
   windows, the draft's non-causal blocks) are decomposed. (The opset-23 Attention's own CUDA
   grouped path reads a bool mask back to the host, which a CUDA graph cannot capture.)
+- `cell_attention_for_cuda`: each Attention over Concat(Gather(pool, cell_table), new) becomes
+  cellspec's own `CellAttention*` (domain "cellspec", cellspec/plugins/cell_attention.cu), which
+  reads the cells where they lie in the pools: one node for the five, whose rounding depends on
+  neither the batch, the cell bucket, nor (in the target, `by_position`) whether a key is new or
+  a cell already. Attention in other forms is decomposed.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "HOST_INPUTS", "attention_for_cuda",
-           "decompose_attention", "grouped_feeds"]
+__all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "CELLSPEC_DOMAIN", "HOST_INPUTS", "attention_for_cuda",
+           "cell_attention_for_cuda", "decompose_attention", "grouped_feeds"]
 
 ATTN_SEQLENS = "attn_seqlens"  # int32 [S]: lengths[s] + Q - 1, GroupQueryAttention's seqlens_k
 ATTN_TOTAL = "attn_total"  # int32 scalar: N + Q, its total_sequence_length (a host input)
@@ -38,6 +43,10 @@ HOST_INPUTS = (ATTN_TOTAL,)  # inputs a provider reads from host memory
 
 _HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 CONTRIB = "com.microsoft"
+CELLSPEC_DOMAIN = "cellspec"
+MAX_CELL_HEAD_DIM = 128  # the op's kernels give each lane of a head a thread of 128
+CELL_OPS = {TensorProto.FLOAT: "CellAttentionFloat", TensorProto.FLOAT16: "CellAttentionFloat16",
+            TensorProto.BFLOAT16: "CellAttentionBFloat16"}
 
 
 def grouped_feeds(lengths: np.ndarray, num_cells: int, width: int) -> dict[str, np.ndarray]:
@@ -97,6 +106,35 @@ def attention_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = _HALF
             helper.make_tensor_value_info(ATTN_TOTAL, TensorProto.INT32, [])])
         if not any(o.domain == CONTRIB for o in result.opset_import):
             result.opset_import.append(helper.make_opsetid(CONTRIB, 1))
+    return result
+
+
+def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each Attention over gathered cells as cellspec's CellAttention op (module
+    doc); keys are ordered by position in the target's causal attention (attn_mask or
+    attn_mask_window: a row's new tokens come after its cells), by column in a draft block."""
+    op = CELL_OPS.get(_activation_type(model))
+    by_position = int(model.graph.name == "target")
+    used = []
+
+    def rewrite(e: _Emitter, node: onnx.NodeProto, producers: dict) -> None:
+        past = _gathered_past(node, producers)
+        attrs = _attributes(node)
+        if op is None or past is None or round(attrs["scale"] ** -2) > MAX_CELL_HEAD_DIM:
+            _decompose(e, node)
+            return
+        _, new_k, _, new_v = past
+        k_pool, v_pool = (producers[name].input[0] for name in (past[0], past[2]))
+        e.node(op, [node.input[0], new_k, new_v, k_pool, v_pool, "cell_table", node.input[3],
+                    "positions"], node.name, outputs=[node.output[0], f"{node.name}/partials"],
+               domain=CELLSPEC_DOMAIN, num_heads=attrs["q_num_heads"],
+               kv_num_heads=attrs["kv_num_heads"], scale=attrs["scale"],
+               by_position=by_position)
+        used.append(node.name)
+
+    result = _rewrite(model, rewrite)
+    if used and not any(o.domain == CELLSPEC_DOMAIN for o in result.opset_import):
+        result.opset_import.append(helper.make_opsetid(CELLSPEC_DOMAIN, 1))
     return result
 
 

@@ -15,6 +15,11 @@
 #   bash tools/gpu_run.sh distill    # soft-label training: the shipped draft and a 4-layer one
 #   bash tools/gpu_run.sh distill2   # both resumed, then SmolLM2 plain vs spec with each
 #   bash tools/gpu_run.sh drains     # GPU tests, DFlash cycles on A and C (profiled), SmolLM2
+#   bash tools/gpu_run.sh cell       # CellAttention: build, GPU tests, steps A/B cell vs decomposed
+#   bash tools/gpu_run.sh cell-peer  # with CellAttention: a DFlash cycle on A, the real SmolLM2
+#                                    # plain vs speculative, GenAI on A and B (.peer carried)
+#   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
+#   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
 source /tmp/gpusite/env.sh || exit 3
 export TQDM_DISABLE=1 PYTHONUNBUFFERED=1
@@ -22,6 +27,7 @@ OUT=${OUT:-/tmp/gpu-out}
 WORK=/tmp/cellspec-gpu
 mkdir -p "$OUT" "$WORK"
 SHIPPED=cellspec/drafts/smollm2-135m-instruct
+[ -d .gpu/ort-include ] && export CELLSPEC_ORT_INCLUDE=${CELLSPEC_ORT_INCLUDE:-$PWD/.gpu/ort-include}
 # the draft the tests and benchmarks use: DRAFT=..., else one trained in this sitting, else shipped
 [ -d "$WORK/train/draft" ] && DRAFT=${DRAFT:-$WORK/train/draft} || DRAFT=${DRAFT:-$SHIPPED}
 case "${1:-}" in
@@ -152,8 +158,26 @@ case "${1:-}" in
     python3 tools/gpu_bench.py dflash --shape C --profile --out "$OUT"/c --work "$WORK" 2>&1 \
         | grep -v "plugin EP" | tail -3
     ;;
+  cell)  # cellspec's CUDA attention: build it, its tests and the GPU tests, steps on A and B
+          # with it and with decomposed attention (the previous default), side by side
+    ( time python3 -m cellspec.plugins.build ) 2>&1 | tail -30
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
+        | tee "$OUT"/gpu_tests.log | tail -15
+    for mode in ${MODES:-cell decomposed}; do
+      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py steps --shapes ${SHAPES:-A,B} \
+          --batches 1,8,32 --out "$OUT"/$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -8
+    done
+    ;;
+  cell-peer)
+    python3 tools/gpu_bench.py dflash --shape A --with-draft --profile --out "$OUT"/a \
+        --work "$WORK"/dflash 2>&1 | grep -v "plugin EP" | tail -3
+    python3 tools/gpu_bench.py smollm2 --dtype float16 --draft "$SHIPPED" --n-draft 15,7 \
+        --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -7
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -12
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer" >&2
     exit 2
     ;;
 esac

@@ -14,6 +14,7 @@ the taps, the proposals.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import defaultdict
@@ -34,6 +35,7 @@ from cellspec.runtime.device import Buffer
 from cellspec.runtime.draws import DRAWN, Draws
 from cellspec.runtime.planner import ShapePolicy
 
+log = logging.getLogger(__name__)
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
               "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
               "tensor(bfloat16)": None}
@@ -370,10 +372,7 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     device = CudaDevice()
     providers = [("CUDAExecutionProvider", CUDA_PROVIDER_OPTIONS)]
     sampler = folder / manifest.graphs["sample"] if "sample" in manifest.graphs else None
-    # "decomposed" by default: standard ops give the same token alone or in a batch, and with
-    # or without speculation. "cuda" (GroupQueryAttention) is opt-in: measured on the H200 in
-    # float16 it changed tokens between a batch of 8 and each alone (bench/NOTES.md).
-    attention = os.environ.get("CELLSPEC_CUDA_ATTENTION", "decomposed")
+    attention = os.environ.get("CELLSPEC_CUDA_ATTENTION") or default_attention()
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
                             sampler, attention)
@@ -423,7 +422,23 @@ def _check_placeable(path: Path, providers: list) -> None:
 
 # "grouped": as "cuda" for every dtype (the CPU provider's GroupQueryAttention takes float32:
 # the tests check the rewrite's semantics there)
-ATTENTION_MODES = ("as-exported", "cuda", "decomposed", "grouped")
+ATTENTION_MODES = ("as-exported", "cell", "cuda", "decomposed", "grouped")
+
+
+def default_attention() -> str:
+    """"cell" (cellspec's CUDA attention over the pools, cellspec/plugins) where its library is
+    built or can be; else "decomposed" (standard ops), saying why. Both give the same token
+    alone or in a batch, and with or without speculation; "cuda" (GroupQueryAttention) is
+    opt-in: on the H200 in float16 it changed tokens between a batch of 8 and each alone."""
+    from cellspec.plugins.build import PluginUnavailable, build_library
+
+    try:
+        build_library()
+    except PluginUnavailable as missing:
+        log.warning("ort-cuda: attention runs as standard ops, slower, because cellspec's CUDA "
+                    "attention cannot be built: %s", missing)
+        return "decomposed"
+    return "cell"
 
 
 def _make_session(path: Path, providers: list, attention: str = "as-exported"):
@@ -435,29 +450,37 @@ def _make_session(path: Path, providers: list, attention: str = "as-exported"):
         raise InvalidArgument(f"attention {attention!r}: expected one of {ATTENTION_MODES}")
     if attention == "as-exported" or not path.is_file():
         return _open_session(path, providers)
-    from cellspec.rewrite import attention_for_cuda, decompose_attention
+    from cellspec.rewrite import attention_for_cuda, cell_attention_for_cuda, decompose_attention
 
     model = onnx.load(str(path), load_external_data=False)
     if not any(n.op_type == "Attention" for n in model.graph.node):
         return _open_session(path, providers)
+    library = None
     if attention == "decomposed":
         model = decompose_attention(model)
     elif attention == "grouped":
         model = attention_for_cuda(model, (TensorProto.FLOAT, TensorProto.FLOAT16))
+    elif attention == "cell":
+        from cellspec.plugins.build import build_library
+
+        model, library = cell_attention_for_cuda(model), build_library()
     else:
         model = attention_for_cuda(model)
-    return _open_session(path, providers, model.SerializeToString())
+    return _open_session(path, providers, model.SerializeToString(), library)
 
 
-def _open_session(path: Path, providers: list, serialized: bytes | None = None):
+def _open_session(path: Path, providers: list, serialized: bytes | None = None,
+                  library: Path | None = None):
     """A session on the graph at `path`, or on `serialized` (its rewrite) reading the weights
-    beside `path`."""
+    beside `path`; `library`: a custom-op library its nodes call."""
     import onnxruntime as ort
 
     if not path.is_file():
         raise InvalidArtifact(f"{path}: graph file missing")
     _check_placeable(path, providers)
     options = ort.SessionOptions()
+    if library is not None:
+        options.register_custom_ops_library(str(library))
     options.log_severity_level = QUIET
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if providers != ["CPUExecutionProvider"]:  # every node on the device, or a refusal

@@ -1,0 +1,100 @@
+"""cellspec's CUDA custom-op library (`cell_attention.cu`): compiled with nvcc once per source,
+ONNX Runtime header version and GPU, into `$CELLSPEC_CACHE/plugins/`, and loaded by `ort-cuda`
+sessions whose graphs call its ops. What the build needs beyond the `gpu` extra: nvcc (the CUDA
+toolkit) and ONNX Runtime's C/C++ API headers (`onnxruntime_cxx_api.h`, e.g. Debian's
+`libonnxruntime-dev`, or the `include` folder of an onnxruntime release), found through
+`$CELLSPEC_ORT_INCLUDE` or the usual include folders. The headers' API version must not be newer
+than the onnxruntime-gpu that loads the library.
+
+`python -m cellspec.plugins.build` builds it and prints its path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from cellspec.errors import CellspecError
+
+SOURCE = Path(__file__).with_name("cell_attention.cu")
+HEADER = "onnxruntime_cxx_api.h"
+INCLUDE_FOLDERS = ("/usr/include/onnxruntime", "/usr/local/include/onnxruntime",
+                   "/usr/include", "/usr/local/include")
+BUILD_SECONDS = 600
+
+
+class PluginUnavailable(CellspecError):
+    """The library is not built and cannot be: the message says what is missing."""
+
+
+def ort_include() -> Path:
+    """The folder holding ONNX Runtime's C++ API header."""
+    given = os.environ.get("CELLSPEC_ORT_INCLUDE")
+    folders = [given] if given else list(INCLUDE_FOLDERS)
+    for folder in folders:
+        if (Path(folder) / HEADER).is_file():
+            return Path(folder)
+    where = f"$CELLSPEC_ORT_INCLUDE={given}" if given else ", ".join(INCLUDE_FOLDERS)
+    raise PluginUnavailable(f"ONNX Runtime's C++ API header {HEADER} is not in {where}: "
+                            "install libonnxruntime-dev or set CELLSPEC_ORT_INCLUDE")
+
+
+def nvcc() -> str:
+    home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
+    found = shutil.which("nvcc") or (str(home) if home.is_file() else None)
+    if found is None:
+        raise PluginUnavailable("nvcc (the CUDA toolkit) is not on PATH nor in $CUDA_HOME/bin")
+    return found
+
+
+def library_path(include: Path, compiler: str) -> Path:
+    """Where the build for this source, these headers and this compiler lives."""
+    from cellspec.model_cache import cache_root
+
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest.update((include / "onnxruntime_c_api.h").read_bytes()
+                  if (include / "onnxruntime_c_api.h").is_file() else b"")
+    digest.update(compiler.encode())
+    return cache_root() / "plugins" / f"libcellspec_cuda-{digest.hexdigest()[:16]}.so"
+
+
+def build_library(force: bool = False) -> Path:
+    """The library's path, compiled first unless a build for this source is there."""
+    include, compiler = ort_include(), nvcc()
+    target = library_path(include, compiler)
+    if target.is_file() and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built = Path(scratch) / target.name
+        command = [compiler, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
+                   "-arch=native", f"-I{include}", str(SOURCE), "-o", str(built)]
+        try:
+            subprocess.run(command, check=True, capture_output=True, text=True,
+                           timeout=BUILD_SECONDS)
+        except subprocess.CalledProcessError as failed:
+            message = f"nvcc failed to build {SOURCE.name}:\n{failed.stderr}"
+            raise PluginUnavailable(message) from None
+        except subprocess.TimeoutExpired:
+            message = f"nvcc did not build {SOURCE.name} in {BUILD_SECONDS} s"
+            raise PluginUnavailable(message) from None
+        os.replace(built, target)  # atomic: a concurrent build finds a whole library or none
+    return target
+
+
+def main() -> int:
+    try:
+        print(build_library(force="--force" in sys.argv[1:]))
+    except PluginUnavailable as missing:
+        print(f"cellspec: {missing}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
