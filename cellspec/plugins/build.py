@@ -1,6 +1,6 @@
-"""cellspec's CUDA custom-op library (`cell_attention.cu`): compiled with nvcc once per source,
-ONNX Runtime header version and GPU, into `$CELLSPEC_CACHE/plugins/`, and loaded by `ort-cuda`
-sessions whose graphs call its ops. What the build needs beyond the `gpu` extra: nvcc (the CUDA
+"""cellspec's CUDA custom-op library (`cell_attention.cu`): compiled with nvcc once per source
+into `$CELLSPEC_CACHE/plugins/` (for the GPU it is built on), and loaded by `ort-cuda` sessions
+whose graphs call its ops. What the build needs beyond the `gpu` extra: nvcc (the CUDA
 toolkit) and ONNX Runtime's C/C++ API headers (`onnxruntime_cxx_api.h`, e.g. Debian's
 `libonnxruntime-dev`, or the `include` folder of an onnxruntime release), found through
 `$CELLSPEC_ORT_INCLUDE` or the usual include folders. The headers' API version must not be newer
@@ -52,28 +52,37 @@ def nvcc() -> str:
     return found
 
 
-def library_path(include: Path, compiler: str) -> Path:
-    """Where the build for this source, these headers and this compiler lives."""
+def plugin_folder() -> Path:
     from cellspec.model_cache import cache_root
 
-    digest = hashlib.sha256(SOURCE.read_bytes())
-    digest.update((include / "onnxruntime_c_api.h").read_bytes()
-                  if (include / "onnxruntime_c_api.h").is_file() else b"")
-    digest.update(compiler.encode())
-    return cache_root() / "plugins" / f"libcellspec_cuda-{digest.hexdigest()[:16]}.so"
+    return cache_root() / "plugins"
+
+
+def source_digest() -> str:
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+
+
+def library_path(include: Path, compiler: str) -> Path:
+    """Where the build of this source with these headers and this compiler lives."""
+    toolchain = hashlib.sha256(compiler.encode())
+    header = include / "onnxruntime_c_api.h"
+    toolchain.update(header.read_bytes() if header.is_file() else b"")
+    return plugin_folder() / f"libcellspec_cuda-{source_digest()}-{toolchain.hexdigest()[:8]}.so"
 
 
 def build_library(force: bool = False) -> Path:
-    """The library's path, compiled first unless a build for this source is there."""
+    """The library's path: a build of this source already in the cache (headers and nvcc are
+    then not needed), else compiled now."""
+    built = sorted(plugin_folder().glob(f"libcellspec_cuda-{source_digest()}-*.so"))
+    if built and not force:
+        return built[-1]
     include, compiler = ort_include(), nvcc()
     target = library_path(include, compiler)
-    if target.is_file() and not force:
-        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        built = Path(scratch) / target.name
+        made = Path(scratch) / target.name
         command = [compiler, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
-                   "-arch=native", f"-I{include}", str(SOURCE), "-o", str(built)]
+                   "-arch=native", f"-I{include}", str(SOURCE), "-o", str(made)]
         try:
             subprocess.run(command, check=True, capture_output=True, text=True,
                            timeout=BUILD_SECONDS)
@@ -83,7 +92,7 @@ def build_library(force: bool = False) -> Path:
         except subprocess.TimeoutExpired:
             message = f"nvcc did not build {SOURCE.name} in {BUILD_SECONDS} s"
             raise PluginUnavailable(message) from None
-        os.replace(built, target)  # atomic: a concurrent build finds a whole library or none
+        os.replace(made, target)  # atomic: a concurrent build finds a whole library or none
     return target
 
 

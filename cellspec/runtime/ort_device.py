@@ -14,7 +14,6 @@ the taps, the proposals.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections import defaultdict
@@ -35,7 +34,6 @@ from cellspec.runtime.device import Buffer
 from cellspec.runtime.draws import DRAWN, Draws
 from cellspec.runtime.planner import ShapePolicy
 
-log = logging.getLogger(__name__)
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
               "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
               "tensor(bfloat16)": None}
@@ -372,7 +370,12 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     device = CudaDevice()
     providers = [("CUDAExecutionProvider", CUDA_PROVIDER_OPTIONS)]
     sampler = folder / manifest.graphs["sample"] if "sample" in manifest.graphs else None
-    attention = os.environ.get("CELLSPEC_CUDA_ATTENTION") or default_attention()
+    # "decomposed" by default: standard ops give the same token alone or in a batch (greedy),
+    # and with or without speculation in float32, and keep wide steps (prompts, verifies of
+    # several sessions) on cuBLAS. "cell" (cellspec's CellAttention) is opt-in: faster narrow
+    # steps and float16 invariance, slower wide ones (docs/design.md, bench/NOTES.md); "cuda"
+    # (GroupQueryAttention) changed float16 tokens between a batch of 8 and each alone.
+    attention = os.environ.get("CELLSPEC_CUDA_ATTENTION", "decomposed")
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
                             sampler, attention)
@@ -423,22 +426,6 @@ def _check_placeable(path: Path, providers: list) -> None:
 # "grouped": as "cuda" for every dtype (the CPU provider's GroupQueryAttention takes float32:
 # the tests check the rewrite's semantics there)
 ATTENTION_MODES = ("as-exported", "cell", "cuda", "decomposed", "grouped")
-
-
-def default_attention() -> str:
-    """"cell" (cellspec's CUDA attention over the pools, cellspec/plugins) where its library is
-    built or can be; else "decomposed" (standard ops), saying why. Both give the same token
-    alone or in a batch, and with or without speculation; "cuda" (GroupQueryAttention) is
-    opt-in: on the H200 in float16 it changed tokens between a batch of 8 and each alone."""
-    from cellspec.plugins.build import PluginUnavailable, build_library
-
-    try:
-        build_library()
-    except PluginUnavailable as missing:
-        log.warning("ort-cuda: attention runs as standard ops, slower, because cellspec's CUDA "
-                    "attention cannot be built: %s", missing)
-        return "decomposed"
-    return "cell"
 
 
 def _make_session(path: Path, providers: list, attention: str = "as-exported"):

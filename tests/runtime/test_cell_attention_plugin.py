@@ -1,9 +1,8 @@
 """What `ort-cuda` does around cellspec's CUDA CellAttention op, on the CPU: the graph rewrite
 (which nodes it replaces and how it wires them), the library's build (cached per source, and
-each missing piece named), and the fallback to standard ops. The op's arithmetic is tested on
+each missing piece named), and the refusal when it cannot be built. The op's arithmetic is tested on
 the GPU (tests/gpu/test_cell_attention.py)."""
 
-import logging
 import stat
 
 import onnx
@@ -14,7 +13,7 @@ from cellspec.errors import CellspecError
 from cellspec.plugins import build
 from cellspec.plugins.build import PluginUnavailable, build_library
 from cellspec.rewrite import CELLSPEC_DOMAIN, cell_attention_for_cuda
-from cellspec.runtime.ort_device import _make_session, default_attention
+from cellspec.runtime.ort_device import _make_session
 
 
 def graph_path(artifact, method):
@@ -118,6 +117,12 @@ def test_a_failed_build_names_the_compiler_error_and_leaves_nothing(plugin_env):
 
 
 def test_missing_header_and_compiler_are_named(plugin_env, monkeypatch):
+    """(Only for a build: a library of this source in the cache needs neither.)"""
+    built = build_library()
+    monkeypatch.setenv("PATH", str(plugin_env / "nowhere"))
+    assert build_library() == built
+    built.unlink()
+    monkeypatch.setenv("PATH", str(plugin_env / "bin"))
     monkeypatch.setenv("CELLSPEC_ORT_INCLUDE", str(plugin_env / "nowhere"))
     with pytest.raises(PluginUnavailable, match="onnxruntime_cxx_api.h.*CELLSPEC_ORT_INCLUDE"):
         build_library()
@@ -128,13 +133,9 @@ def test_missing_header_and_compiler_are_named(plugin_env, monkeypatch):
         build_library()
 
 
-def test_without_the_library_attention_falls_back_to_standard_ops(plugin_env, monkeypatch,
-                                                                   caplog, dflash_artifact):
+def test_cell_attention_without_its_library_is_refused_with_the_reason(plugin_env, monkeypatch,
+                                                                        dflash_artifact):
     monkeypatch.setenv("PATH", str(plugin_env / "nowhere"))
     monkeypatch.setenv("CUDA_HOME", str(plugin_env / "nowhere"))
-    with caplog.at_level(logging.WARNING, logger="cellspec.runtime.ort_device"):
-        assert default_attention() == "decomposed"
-    assert "standard ops" in caplog.text and "nvcc" in caplog.text
-    # asked for by name, it is refused with the reason rather than replaced
     with pytest.raises(CellspecError, match="nvcc"):
         _make_session(graph_path(dflash_artifact, "target"), ["CPUExecutionProvider"], "cell")
