@@ -30,34 +30,29 @@ def session(weights: list, accuracy_level: int, threads: int, as_float: bool = F
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from cellspec.export.quant_graph import CONTRIB_DOMAIN, initializers, make_quantized_linear
+    from cellspec.export.graph import GraphBuilder, make_linear
+    from cellspec.export.quant_graph import initializers, quant_linear
 
-    nodes, arrays, outputs = [], {}, []
-
-    def emit(op: str, inputs: list[str], name: str, **attrs: object) -> str:
-        nodes.append(helper.make_node(op, inputs, [f"{name}:0"], name=name, **attrs))
-        return f"{name}:0"
-
+    g = GraphBuilder("bench", accuracy_level=accuracy_level)
+    widths = sorted({q.shape[1] for q in weights})
+    inputs = {k: g.input(f"x{k}", "float32", ["M", k]) for k in widths}
+    arrays = {}
     for i, q in enumerate(weights):
-        x = f"x{q.shape[1]}"
+        x = inputs[q.shape[1]]
         if as_float:
             arrays[f"w{i}"] = np.ascontiguousarray(q.dequantize().T)  # [K, N]
-            outputs.append(emit("MatMul", [x, f"w{i}"], name=f"/{i}/MatMul"))
+            y = make_linear(g, x, f"w{i}", f"/{i}", rank=2)
         else:
             arrays.update(initializers(q, f"w{i}"))
-            outputs.append(make_quantized_linear(emit, x, f"w{i}", q, f"/{i}", accuracy_level))
-    graph = helper.make_graph(
-        nodes, "bench", [helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, ["M", k])
-                         for k in sorted({q.shape[1] for q in weights})],
-        [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in outputs],
-        [numpy_helper.from_array(a, n) for n, a in arrays.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
-                                                    helper.make_opsetid(CONTRIB_DOMAIN, 1)])
-    model.ir_version = 10
+            y = make_linear(g, x, quant_linear(q, f"w{i}"), f"/{i}", rank=2)
+        g.outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, None))
+    for name, array in arrays.items():
+        g.weight(numpy_helper.from_array(array, name))
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model.SerializeToString(), options, ["CPUExecutionProvider"])
+    return ort.InferenceSession(g.make_model().SerializeToString(), options,
+                                ["CPUExecutionProvider"])
 
 
 def time_pair(sessions: list, feed: dict, seconds: float) -> list[float]:

@@ -31,7 +31,7 @@ from cellspec.export.graph import (
     make_split,
 )
 from cellspec.export.quant import BlockQuantized, quantize_rtn
-from cellspec.export.quant_graph import gather_initializers, initializers
+from cellspec.export.quant_graph import gather_initializers, initializers, quant_linear
 from cellspec.export.weights import WeightStore, numpy_dtype
 
 
@@ -88,9 +88,7 @@ class Weights:
                 arrays |= gather_initializers(q, prefix, self.dtype)  # an embedding table
             for name, array in arrays.items():
                 self.store.add(name, array)
-            self.store.meta[prefix] = QuantLinear(prefix, in_features, sum(out_sizes), q.bits,
-                                                  q.block_size, q.offsets is not None,
-                                                  not q.has_default_zero_points)
+            self.store.meta[prefix] = quant_linear(q, prefix)
         return borrow(self.g, self.store, self.store.meta[prefix])
 
     def _blocks(self, name: str, out: int, in_features: int, bits: int) -> BlockQuantized:

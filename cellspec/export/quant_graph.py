@@ -1,9 +1,6 @@
-"""ONNX Runtime contrib nodes for `BlockQuantized` weights: MatMulNBits and GatherBlockQuantized.
-
-A model holding them imports opset `com.microsoft` version 1 next to the default domain. Node
-emitters take `emit`, a callable with `GraphBuilder.node`'s contract,
-`emit(op, inputs, name=..., **attrs) -> first output name` (a `domain` attribute selects the
-contrib domain), so they stay independent of the builder. Initializer names derive from a prefix:
+"""The initializers of `BlockQuantized` weights as ONNX Runtime's contrib MatMulNBits and
+GatherBlockQuantized read them, and the `QuantLinear` that describes them to the graph builder
+(export/graph.py's `make_linear` and `make_embedding` emit the nodes). Names derive from a prefix:
 
     {prefix}.qweight            uint8 [N, num_blocks, block * bits / 8]    (both ops share it)
     {prefix}.scales             float [N, num_blocks]
@@ -16,17 +13,11 @@ contrib domain), so they stay independent of the builder. Initializer names deri
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
 
 from cellspec.errors import InvalidArgument
+from cellspec.export.graph import QuantLinear
 from cellspec.export.quant import BlockQuantized
-
-CONTRIB_DOMAIN = "com.microsoft"
-Emit = Callable[..., str]
 
 
 def initializers(q: BlockQuantized, prefix: str,
@@ -58,69 +49,10 @@ def gather_initializers(q: BlockQuantized, prefix: str,
             f"{prefix}.gather_zero_points": q.zero_points[..., None]}
 
 
-def matmul_nbits_node(name: str, x: str, prefix: str, q: BlockQuantized, output: str,
-                      accuracy_level: int = 0) -> onnx.NodeProto:
-    """y [..., N] = x [..., K] @ W^T, offsets left out (`make_quantized_linear` adds them).
-    accuracy_level 4 quantizes x to int8 per block (faster at one row, not exact); 0 keeps
-    float32 arithmetic."""
-    inputs = _matmul_inputs(x, prefix, q)
-    return helper.make_node("MatMulNBits", inputs, [output], name=name, domain=CONTRIB_DOMAIN,
-                            **_matmul_attrs(q, accuracy_level))
-
-
-def _matmul_inputs(x: str, prefix: str, q: BlockQuantized) -> list[str]:
-    zero_points = [] if q.has_default_zero_points else [f"{prefix}.zero_points"]
-    return [x, f"{prefix}.qweight", f"{prefix}.scales", *zero_points]
-
-
-def gather_block_quantized_node(name: str, ids: str, prefix: str, q: BlockQuantized,
-                                output: str) -> onnx.NodeProto:
-    """Rows `ids` [...] of W -> [..., num_blocks, block_size] (reshape to [..., K] after)."""
-    _check_gatherable(q)
-    inputs = [f"{prefix}.qweight", ids, f"{prefix}.gather_scales", f"{prefix}.gather_zero_points"]
-    return helper.make_node("GatherBlockQuantized", inputs, [output], name=name,
-                            domain=CONTRIB_DOMAIN, **_gather_attrs(q))
-
-
-def make_quantized_linear(emit: Emit, x: str, prefix: str, q: BlockQuantized, name: str,
-                          accuracy_level: int = 0, x_rank: int = 2) -> str:
-    """x [..., K] (rank `x_rank`) @ W^T -> [..., N]. With offsets (Q4_1), the exact
-    y = MatMulNBits(x) + (per-block sums of x) [..., num_blocks] @ offsets [num_blocks, N]."""
-    inputs = _matmul_inputs(x, prefix, q)
-    y = emit("MatMulNBits", inputs, name=f"{name}/MatMulNBits", domain=CONTRIB_DOMAIN,
-             **_matmul_attrs(q, accuracy_level))
-    if q.offsets is None:
-        return y
-    block_shape = [0] * (x_rank - 1) + [q.num_blocks, q.block_size]  # 0 keeps x's dim
-    blocks = emit("Reshape", [x, _constant(emit, block_shape, f"{name}/block_shape")],
-                  name=f"{name}/blocks/Reshape")
-    sums = emit("ReduceSum", [blocks, _constant(emit, [-1], f"{name}/block_axis")],
-                name=f"{name}/blocks/ReduceSum", keepdims=0)
-    shift = emit("MatMul", [sums, f"{prefix}.offsets"], name=f"{name}/offsets/MatMul")
-    return emit("Add", [y, shift], name=f"{name}/Add")
-
-
-def make_quantized_embedding(emit: Emit, ids: str, prefix: str, q: BlockQuantized, name: str,
-                             ids_rank: int = 1) -> str:
-    """Rows `ids` [...] (rank `ids_rank`) of W -> [..., K] through GatherBlockQuantized."""
-    _check_gatherable(q)
-    inputs = [f"{prefix}.qweight", ids, f"{prefix}.gather_scales", f"{prefix}.gather_zero_points"]
-    rows = emit("GatherBlockQuantized", inputs, name=f"{name}/GatherBlockQuantized",
-                domain=CONTRIB_DOMAIN, **_gather_attrs(q))
-    shape = _constant(emit, [0] * ids_rank + [q.shape[1]], f"{name}/shape")
-    return emit("Reshape", [rows, shape], name=f"{name}/Reshape")
-
-
-def _matmul_attrs(q: BlockQuantized, accuracy_level: int) -> dict[str, int]:
-    if accuracy_level not in range(5):
-        raise InvalidArgument(f"accuracy_level {accuracy_level} is not one of 0..4")
-    return {"K": q.shape[1], "N": q.shape[0], "bits": q.bits, "block_size": q.block_size,
-            "accuracy_level": accuracy_level}
-
-
-def _gather_attrs(q: BlockQuantized) -> dict[str, int]:
-    # qweight [N, num_blocks, bytes]: gather rows, quantized (one block) along the last axis.
-    return {"bits": q.bits, "block_size": q.block_size, "gather_axis": 0, "quantize_axis": 2}
+def quant_linear(q: BlockQuantized, prefix: str) -> QuantLinear:
+    """How the graph builder sees the blocks of `q` [N, K] stored under `prefix`."""
+    return QuantLinear(prefix, q.shape[1], q.shape[0], q.bits, q.block_size,
+                       q.offsets is not None, not q.has_default_zero_points)
 
 
 def _check_gatherable(q: BlockQuantized) -> None:
@@ -129,8 +61,3 @@ def _check_gatherable(q: BlockQuantized) -> None:
             f"GatherBlockQuantized needs uint8 zero points, no offsets and K {q.shape[1]} a "
             f"multiple of block_size {q.block_size}; gather rows of dequantize() instead"
         )
-
-
-def _constant(emit: Emit, values: list[int], name: str) -> str:
-    tensor = numpy_helper.from_array(np.array(values, dtype=np.int64), f"{name}/value")
-    return emit("Constant", [], name=name, value=tensor)

