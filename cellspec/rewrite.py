@@ -120,7 +120,8 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     def rewrite(e: _Emitter, node: onnx.NodeProto, producers: dict) -> None:
         past = _gathered_past(node, producers)
         attrs = _attributes(node)
-        if op is None or past is None or round(attrs["scale"] ** -2) > MAX_CELL_HEAD_DIM:
+        if op is None or past is None or not _fits_cell_kernels(round(attrs["scale"] ** -2),
+                                                                  _activation_type(model)):
             _decompose(e, node)
             return
         _, new_k, _, new_v = past
@@ -136,6 +137,12 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     if used and not any(o.domain == CELLSPEC_DOMAIN for o in result.opset_import):
         result.opset_import.append(helper.make_opsetid(CELLSPEC_DOMAIN, 1))
     return result
+
+
+def _fits_cell_kernels(head_dim: int, dtype: int | None) -> bool:
+    """The CellAttention kernels take heads of at most 128 lanes, rows of 16-byte multiples."""
+    itemsize = 4 if dtype == TensorProto.FLOAT else 2
+    return head_dim <= MAX_CELL_HEAD_DIM and head_dim * itemsize % 16 == 0
 
 
 def _rewrite(model: onnx.ModelProto, rewrite) -> onnx.ModelProto:

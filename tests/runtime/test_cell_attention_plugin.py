@@ -75,6 +75,15 @@ def test_attention_not_over_cells_is_decomposed(dflash_artifact):
         sum(n.op_type == "Attention" for n in model.graph.node) - 1
 
 
+def test_heads_wider_than_the_kernels_are_decomposed(dflash_artifact):
+    model = load_graph(dflash_artifact, "target")
+    attention = next(n for n in model.graph.node if n.op_type == "Attention")
+    scale = next(a for a in attention.attribute if a.name == "scale")
+    scale.f = 256 ** -0.5  # a head of 256 lanes: more than the kernels' 128 threads
+    names = [n.name for n in cell_attention_for_cuda(model).graph.node]
+    assert f"{attention.name}/scores/MatMul" in names
+
+
 @pytest.fixture
 def plugin_env(tmp_path, monkeypatch):
     """A cache, an include folder with the header and a fake nvcc (a script that writes its -o
