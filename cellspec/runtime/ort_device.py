@@ -431,8 +431,9 @@ ATTENTION_MODES = ("as-exported", "cell", "cuda", "decomposed", "grouped")
 def _make_session(path: Path, providers: list, attention: str = "as-exported"):
     """A session on `path`, its Attention nodes rewritten first (cellspec/rewrite.py) unless
     `attention` is "as-exported": "cuda" gives each the form the CUDA provider has a kernel
-    for, "decomposed" standard ops. A rewritten graph is loaded from memory, its weights still
-    read from the artifact's weights.bin."""
+    for, "decomposed" standard ops, "cell" cellspec's CellAttention (its library built first,
+    or PluginUnavailable saying what is missing). A rewritten graph is loaded from memory, its
+    weights still read from the artifact's weights.bin."""
     if attention not in ATTENTION_MODES:
         raise InvalidArgument(f"attention {attention!r}: expected one of {ATTENTION_MODES}")
     if attention == "as-exported" or not path.is_file():
