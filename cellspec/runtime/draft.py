@@ -65,9 +65,7 @@ class DraftModel:
             read = np.full((shape.rows, shape.width), self.cache.scratch_cell, np.int64)
             read[:rows, : piece.width] = cells[index]
             hidden = Gather(names.HIDDEN, taps, TAPS_POOL, read)
-            kind = "static" if shape.is_static else "dynamic"
-            self._run(self.context, f"draft_context {kind} {shape.rows}x{shape.width}",
-                      int(index.size),
+            self._run(self.context, f"draft_context {shape.label}", int(index.size),
                       {names.POSITIONS: plan.positions}, [], plan.cells, gather=hidden,
                       static=shape.is_static)
             self.cache.commit_step(plan)

@@ -52,6 +52,11 @@ class PieceShape:
     cells: int  # N, cells read per row
     is_static: bool  # runs at a fixed shape (a CUDA graph may replay it)
 
+    @property
+    def label(self) -> str:
+        """How per-method stats name a call of this shape: "static 8x1", "dynamic 1x221"."""
+        return f"{'static' if self.is_static else 'dynamic'} {self.rows}x{self.width}"
+
 
 @dataclass(frozen=True)
 class ShapePolicy:

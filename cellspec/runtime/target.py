@@ -128,8 +128,7 @@ class TargetModel:
             for name in (DRAWN, names.LOGITS):
                 if name in out:
                     out[name] = out[name][asked]
-        kind = "static" if shape.is_static else "dynamic"
-        stats = self.stats[f"{kind} {shape.rows}x{shape.width}"]
+        stats = self.stats[shape.label]
         stats.calls += 1
         stats.tokens += int(plan.counts.sum())
         stats.seconds += time.perf_counter() - start
