@@ -40,3 +40,14 @@ def smollm2_by_dtype(smollm2_gguf, tmp_path_factory):
 
     return get
 
+
+@pytest.fixture(scope="session")
+def cell_library():
+    """cellspec's CellAttention library, built here if it is not yet, or the test skipped with
+    what is missing (nvcc, ONNX Runtime's headers)."""
+    from cellspec.plugins.build import PluginUnavailable, build_library
+
+    try:
+        return build_library()
+    except PluginUnavailable as missing:
+        pytest.skip(f"CellAttention cannot be built here: {missing}")

@@ -12,16 +12,6 @@ H, KV, D, CELLS = 6, 2, 64, 512
 TYPES = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
 
 
-@pytest.fixture(scope="module")
-def library():
-    from cellspec.plugins.build import PluginUnavailable, build_library
-
-    try:
-        return build_library()
-    except PluginUnavailable as missing:
-        pytest.skip(str(missing))
-
-
 def run_op(library, feeds: dict, by_position: int) -> np.ndarray:
     import onnxruntime as ort
 
@@ -88,16 +78,16 @@ def causal_step(rng, lengths: list[int], width: int, num_cells: int, dtype, pool
 
 @pytest.mark.parametrize("dtype,tolerance", [(np.float32, 2e-5), (np.float16, 4e-3)])
 @pytest.mark.parametrize("by_position", [1, 0])
-def test_matches_reference(library, dtype, tolerance, by_position):
+def test_matches_reference(cell_library, dtype, tolerance, by_position):
     rng = np.random.default_rng(0)
     feeds = causal_step(rng, [0, 5, 200, 130], 3, 256, dtype)  # 2 chunks of keys and 1
-    out = run_op(library, feeds, by_position)
+    out = run_op(cell_library, feeds, by_position)
     np.testing.assert_allclose(out.astype(np.float64), reference(feeds), atol=tolerance,
                                rtol=tolerance)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_a_row_is_the_same_alone_in_a_batch_and_in_a_larger_bucket(library, dtype):
+def test_a_row_is_the_same_alone_in_a_batch_and_in_a_larger_bucket(cell_library, dtype):
     rng = np.random.default_rng(1)
     batch = causal_step(rng, [300, 7, 129], 1, 320, dtype)
     row = {n: batch[n][:1] if n not in ("k_pool", "v_pool") else batch[n] for n in batch}
@@ -105,19 +95,19 @@ def test_a_row_is_the_same_alone_in_a_batch_and_in_a_larger_bucket(library, dtyp
     mask = row["attn_mask"]
     padded["attn_mask"] = np.concatenate([mask[..., :320], np.zeros((1, 1, 1, 700), bool),
                                           mask[..., 320:]], axis=-1)
-    alone = run_op(library, row, 1)
-    assert np.array_equal(run_op(library, batch, 1)[:1], alone)
-    assert np.array_equal(run_op(library, padded, 1), alone)
+    alone = run_op(cell_library, row, 1)
+    assert np.array_equal(run_op(cell_library, batch, 1)[:1], alone)
+    assert np.array_equal(run_op(cell_library, padded, 1), alone)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_a_verified_key_reads_the_same_as_a_cell(library, dtype):
+def test_a_verified_key_reads_the_same_as_a_cell(cell_library, dtype):
     """Row 0 verifies 4 new tokens after 250 cells; then the same tokens one step at a time,
     the earlier ones committed to cells: each token's output is the same bit for bit."""
     rng = np.random.default_rng(2)
     verify = causal_step(rng, [250], 4, 256, dtype)
     pools = verify["k_pool"].copy(), verify["v_pool"].copy()
-    got = run_op(library, verify, 1)
+    got = run_op(cell_library, verify, 1)
     for i in range(4):
         for pool, new in zip(pools, (verify["k_new"], verify["v_new"])):
             if i:  # token i - 1 (position 249 + i) committed to its cell, 250 + i
@@ -125,4 +115,4 @@ def test_a_verified_key_reads_the_same_as_a_cell(library, dtype):
         step = causal_step(rng, [250 + i], 1, 256, dtype, pools,
                            (verify["k_new"][:, i:i + 1], verify["v_new"][:, i:i + 1]))
         step["q"] = verify["q"][:, i:i + 1]
-        assert np.array_equal(run_op(library, step, 1)[0, 0], got[0, i]), i
+        assert np.array_equal(run_op(cell_library, step, 1)[0, 0], got[0, i]), i

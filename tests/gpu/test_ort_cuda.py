@@ -21,21 +21,11 @@ PADDED_CELLS = ("float16 on the H200 with attention as standard ops (2026-11-30)
                 "held. cellspec's CellAttention keeps them. See bench/NOTES.md")
 
 
-def cell_missing() -> str | None:
-    from cellspec.plugins.build import PluginUnavailable, build_library
-
-    try:
-        build_library()
-    except PluginUnavailable as missing:
-        return str(missing)
-    return None
-
-
 @pytest.fixture(params=["decomposed", "cell"])
 def attention(request, monkeypatch):
     """ort-cuda's attention: standard ops (the default), or cellspec's CellAttention."""
-    if request.param == "cell" and (reason := cell_missing()):
-        pytest.skip(f"CellAttention cannot be built here: {reason}")
+    if request.param == "cell":
+        request.getfixturevalue("cell_library")  # skips, saying why, where it cannot be built
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", request.param)
     return request.param
 
