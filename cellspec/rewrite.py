@@ -113,7 +113,8 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with each Attention over gathered cells as cellspec's CellAttention op (module
     doc); keys are ordered by position in the target's causal attention (attn_mask or
     attn_mask_window: a row's new tokens come after its cells), by column in a draft block."""
-    op = CELL_OPS.get(_activation_type(model))
+    dtype = _activation_type(model)
+    op = CELL_OPS.get(dtype)
     by_position = int(model.graph.name == "target")
     used = []
 
@@ -121,7 +122,7 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
         past = _gathered_past(node, producers)
         attrs = _attributes(node)
         if op is None or past is None or not _fits_cell_kernels(round(attrs["scale"] ** -2),
-                                                                  _activation_type(model)):
+                                                                  dtype):
             _decompose(e, node)
             return
         _, new_k, _, new_v = past
