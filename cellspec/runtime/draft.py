@@ -107,10 +107,7 @@ class DraftModel:
         start = time.perf_counter()
         out = self.backend.run(engine, [self.pools], feeds, outputs, cells, static=static,
                                gather=gather)
-        stats = self.stats[method]
-        stats.calls += 1
-        stats.tokens += count
-        stats.seconds += time.perf_counter() - start
+        self.stats[method].add(count, time.perf_counter() - start)
         return out
 
 

@@ -42,6 +42,12 @@ class MethodStats:
     tokens: int = 0
     seconds: float = 0.0
 
+    def add(self, tokens: int, seconds: float) -> None:
+        """One more call, of `tokens` tokens, that took `seconds`."""
+        self.calls += 1
+        self.tokens += tokens
+        self.seconds += seconds
+
 
 class TargetModel:
     def __init__(self, folder: Path, manifest: Manifest, backend: Backend) -> None:
@@ -128,10 +134,7 @@ class TargetModel:
             for name in (DRAWN, names.LOGITS):
                 if name in out:
                     out[name] = out[name][asked]
-        stats = self.stats[shape.label]
-        stats.calls += 1
-        stats.tokens += int(plan.counts.sum())
-        stats.seconds += time.perf_counter() - start
+        self.stats[shape.label].add(int(plan.counts.sum()), time.perf_counter() - start)
         return out
 
 
