@@ -9,6 +9,7 @@ take each row's argmax (or run the sampler graph) on the device and bring back t
     python tools/gpu_bench.py dflash --shape C --out DIR          # a cycle over an AR step
     python tools/gpu_bench.py smollm2 --draft DRAFT --out DIR      # real weights, plain vs spec
     python tools/gpu_bench.py flips --draft DRAFT --prompts 200 --out DIR
+    python tools/gpu_bench.py kernels --shapes A --batches 1,8 --out DIR  # CUDA kernels per step
 
 Shapes (random weights, float16): A = SmolLM2-135M; B = 8 Qwen3-8B-shaped Llama layers, vocab
 32000, untied (GenAI's shape B); C = Qwen3-8B (36 layers, q/k norm, vocab 151936).
@@ -218,6 +219,68 @@ def cmd_steps(args) -> None:
     write(args.out / "steps.json", results)
 
 
+def cmd_kernels(args) -> None:
+    """The CUDA kernels of decode steps, from torch's profiler (CUPTI sees every kernel of the
+    process, ONNX Runtime's included, inside graph replays too): per kernel name, launches and
+    microseconds per step; and the steps' wall time against their kernels' sum."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from cellspec.runtime.executor import Executor
+    from cellspec.runtime.types import BatchInput, Sampling
+
+    if not torch.cuda.is_available():
+        raise SystemExit("kernels: torch sees no CUDA device (its profiler reads the kernels)")
+    results = []
+    for shape in args.shapes.split(","):
+        batches = [int(b) for b in args.batches.split(",")]
+        folder = shape_artifact(shape, args, max(batches))
+        executor = Executor.load(folder, backend=BACKEND[0], max_sessions=max(batches))
+        for batch in batches:
+            time_decode(executor, batch, args.context, 4)  # captures this batch's graphs
+            rng = np.random.default_rng(0)
+            sids = [executor.open_session() for _ in range(batch)]
+            for sid in sids:
+                executor.set_sampling(sid, Sampling(), 1)
+            outs = executor.execute([BatchInput(s, tuple(rng.integers(3, 1000, args.context
+                                                                       - args.steps).tolist()), 0)
+                                     for s in sids])
+            tokens = [o.token for o in outs]
+            for _ in range(3):  # warm the captured graph of this shape
+                outs = executor.execute([BatchInput(s, (t,), executor.pos(s))
+                                         for s, t in zip(sids, tokens)])
+                tokens = [o.tokens[-1] for o in outs]
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                start = time.perf_counter()
+                for _ in range(args.steps):
+                    outs = executor.execute([BatchInput(s, (t,), executor.pos(s))
+                                             for s, t in zip(sids, tokens)])
+                    tokens = [o.tokens[-1] for o in outs]
+                wall = (time.perf_counter() - start) / args.steps
+            for sid in sids:
+                executor.close_session(sid)
+            kernels = {}
+            for event in prof.events():
+                if event.device_type == torch.autograd.DeviceType.CUDA:
+                    entry = kernels.setdefault(event.name[:90], [0, 0.0])
+                    entry[0] += 1
+                    entry[1] += event.device_time
+            rows = sorted(((name, n / args.steps, us / args.steps) for name, (n, us) in
+                           kernels.items()), key=lambda r: -r[2])
+            total = sum(r[2] for r in rows)
+            row = {"shape": shape, "batch": batch, "wall_ms": 1e3 * wall,
+                   "kernel_ms": total / 1e3, "launches": sum(r[1] for r in rows),
+                   "top": [{"kernel": n, "per_step": c, "us": round(us, 2)}
+                           for n, c, us in rows[:30]]}
+            results.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "top"}), flush=True)
+            for n, c, us in rows[:14]:
+                print(f"  {us:8.1f} us {c:6.1f}x  {n}", flush=True)
+        del executor
+    write(args.out / "kernels.json", results)
+
+
 def cmd_dflash(args) -> None:
     """A DFlash cycle (drain, draft block, verify of 16, commit) against a plain AR step at the
     same context, batch 1 and 8: a random draft accepts nothing, so each cycle makes one token
@@ -352,7 +415,7 @@ def write(path: Path, rows) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("steps", "dflash", "smollm2", "flips"):
+    for name in ("steps", "dflash", "smollm2", "flips", "kernels"):
         sub = commands.add_parser(name)
         sub.add_argument("--with-draft", action="store_true",
                          help="export every shape with a random draft (shape C always has one)")
@@ -365,8 +428,9 @@ def main() -> None:
         sub.add_argument("--draft", type=Path)
         sub.add_argument("--tokens", type=int, default=64)
         sub.add_argument("--prompts", type=int, default=200)
-    commands.choices["steps"].add_argument("--shapes", default="A,B,C")
-    commands.choices["steps"].add_argument("--batches", default="1,8,32")
+    for name in ("steps", "kernels"):
+        commands.choices[name].add_argument("--shapes", default="A,B,C")
+        commands.choices[name].add_argument("--batches", default="1,8,32")
     commands.choices["dflash"].add_argument("--shape", default="C")
     commands.choices["dflash"].add_argument("--profile", action="store_true",
                                             help="also write a cProfile of the cycles per batch")
@@ -377,7 +441,7 @@ def main() -> None:
     args = parser.parse_args()
     BACKEND[0] = args.backend
     {"steps": cmd_steps, "dflash": cmd_dflash, "smollm2": cmd_smollm2,
-     "flips": cmd_flips}[args.command](args)
+     "flips": cmd_flips, "kernels": cmd_kernels}[args.command](args)
 
 
 if __name__ == "__main__":

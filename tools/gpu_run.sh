@@ -18,6 +18,9 @@
 #   bash tools/gpu_run.sh cell       # CellAttention: build, GPU tests, steps A/B cell vs decomposed
 #   bash tools/gpu_run.sh cell-peer  # with CellAttention: a DFlash cycle on A, the real SmolLM2
 #                                    # plain vs speculative, GenAI on A and B (.peer carried)
+#   bash tools/gpu_run.sh fused      # CellAttention v2 and the fused rotary / SwiGlu: op tests,
+#                                    # GPU tests, steps on A and B in both attention modes
+#   bash tools/gpu_run.sh fused-wide # DFlash cycles on A in both modes, the real SmolLM2
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -176,8 +179,39 @@ case "${1:-}" in
         --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -7
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -12
     ;;
+  fused)  # CellAttention v2 (tiles of rows and heads, rotary and SwiGlu fused): build, the
+          # op tests (stop there when they fail), the GPU tests, steps on A and B in both modes
+    python3 -m cellspec.plugins.build 2>&1 | tail -5
+    python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py 2>&1 \
+        | tee "$OUT"/gpu_tests_ops.log | tail -15
+    grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log \
+        || exit 5
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
+        | tee "$OUT"/gpu_tests.log | tail -8
+    for mode in ${MODES:-cell decomposed}; do
+      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py steps --shapes ${SHAPES:-A,B} \
+          --batches 1,8,32 --out "$OUT"/$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -8
+    done
+    ;;
+  kernels)  # the CUDA kernels of decode steps on A (and B), each attention mode
+    for mode in ${MODES:-cell decomposed}; do
+      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py kernels --shapes ${SHAPES:-A} \
+          --batches ${BATCHES:-1,8} --steps 16 --out "$OUT"/kernels-$mode --work "$WORK" 2>&1 \
+          | grep -v "plugin EP" | tail -34
+    done
+    ;;
+  fused-wide)  # with each attention mode: a DFlash cycle on A (verify 8x16, prompts), C steps
+               # and C's cycle; the real SmolLM2 plain vs speculative with CellAttention
+    for mode in ${MODES:-cell decomposed}; do
+      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py dflash --shape A --with-draft \
+          --profile --out "$OUT"/a-$mode --work "$WORK"/dflash 2>&1 | grep -v "plugin EP" | tail -3
+    done
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --n-draft 15,7 --out "$OUT"/real --work "$WORK" 2>&1 \
+        | grep -v "plugin EP" | tail -7
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels" >&2
     exit 2
     ;;
 esac

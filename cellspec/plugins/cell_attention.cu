@@ -1,30 +1,42 @@
-// cellspec.CellAttention*: attention over a sequence's cells, read where they lie in the pools,
-// and its own new tokens, for ONNX Runtime's CUDA provider (an ONNX Runtime custom-op library;
-// cellspec/plugins/build.py compiles it, cellspec/rewrite.py::cell_attention_for_cuda emits it).
+// cellspec's CUDA ops for ONNX Runtime's CUDA provider (an ONNX Runtime custom-op library, domain
+// "cellspec"; cellspec/plugins/build.py compiles it, cellspec/rewrite.py::cell_attention_for_cuda
+// emits its ops), each in Float, Float16 and BFloat16 (T):
 //
-// It replaces, per layer, Gather(k_pool, cell_table) + Concat(., k_new), the same for values, and
-// the opset-23 Attention over [cells ; new tokens] under attn_mask (decomposed into ~15 standard
-// ops on the CUDA provider): two kernels instead of ~19.
-//
-// inputs:  q [S, Q, H * D], k_new / v_new [S, Q, KV * D], k_pool / v_pool [cells, KV * D] (T),
-//          cell_table [S, N] int64, attn_mask [S, 1, Q, N + Q] bool, positions [S, Q] int64
-// outputs: out [S, Q, H * D] (T), partials [S * Q * H * chunks * (D + 2)] float32 (scratch)
-// attrs:   num_heads, kv_num_heads, scale, by_position (1: see below)
+// CellAttention: attention over a sequence's cells, read where they lie in the pools, and its own
+// new tokens. It replaces, per layer, Gather(k_pool, cell_table) + Concat(., k_new), the same for
+// values, and the opset-23 Attention over [cells ; new tokens] under attn_mask (decomposed into
+// ~15 standard ops on the CUDA provider).
+//   inputs:  q [S, Q, H * D], k_new / v_new [S, Q, KV * D], k_pool / v_pool [cells, KV * D] (T),
+//            cell_table [S, N] int64, attn_mask [S, 1, Q, N + Q] bool, positions [S, Q] int64
+//   outputs: out [S, Q, H * D] (T), partials [S * Q * H * chunks * (D + 2)] float32 (scratch)
+//   attrs:   num_heads, kv_num_heads, scale, by_position (1: see below)
+// CellRotaryAttention: the same, with q, k and v the Slices [H*D | KV*D | KV*D] of one projection
+// and q and k rotated (rotate-half, as RotaryEmbedding with interleaved 0).
+//   inputs:  qkv [S, Q, (H + 2 KV) * D], cos_cache / sin_cache [positions, D / 2], then inputs 3..7
+//            of CellAttention
+//   outputs: out, k_new, v_new (the rotated keys and the values, for the commit), q (rotated,
+//            scratch), partials (scratch)
+// CellNormRotaryAttention: the same with each head of q and k RMS-normalized over its D values
+// first (Qwen3), rounded to T as RMSNormalization's output is: inputs 8 and 9 q_norm, k_norm [D],
+// attribute epsilon.
+// SwiGlu: x [..., 2 I] -> silu(x[..., :I]) * x[..., I:], float32 arithmetic, one rounding.
 //
 // Query head h reads kv head h / (H / KV). Scores, softmax and the weighted sum are float32.
 //
-// Rounding does not depend on the step's shape. Keys are split into chunks of kChunk by a key
-// index: cell column j (= the sequence's position j) is key j; new token i is key N + i, or with
-// by_position key positions[s, i] (the target's causal steps, where a row's new tokens sit at
-// positions after its cells). One block reduces one (token, head, chunk) in a fixed tree order,
-// and chunks combine in index order, skipping empty ones. So a token's output is the same bit for
-// bit whichever batch it is in, however many cells the step reads (a padded bucket adds masked
-// keys only), and, with by_position, whether a key is still new (a verify) or a cell already (a
-// later step): speculation and batching cannot change it.
+// Attention's rounding does not depend on the step's shape. Keys are split into chunks of kChunk
+// by a key index: cell column j (= the sequence's position j) is key j; new token i is key N + i,
+// or with by_position key positions[s, i] (the target's causal steps, where a row's new tokens sit
+// at positions after its cells). A block takes one chunk for a tile of a sequence's rows and a
+// group of heads (the launch's choice); each (row, head) pair is reduced in a fixed order that
+// does not depend on the tile, and chunks combine in index order, skipping empty ones. So a
+// token's output is the same bit for bit whichever batch it is in, however many cells the step
+// reads (a padded bucket adds masked keys only), and, with by_position, whether a key is still
+// new (a verify) or a cell already (a later step): speculation and batching cannot change it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -37,7 +49,11 @@
 namespace {
 
 constexpr int kChunk = 128;  // keys per block, one per thread
+constexpr int kWarps = kChunk / 32;
 constexpr int kMaxHeadDim = kChunk;  // the weighted sum gives each of D lanes a thread
+constexpr int kMaxRows = 8;  // query rows per block
+constexpr int kMaxHeads = 8;  // query heads per block
+constexpr int kMaxPairs = 16;  // (row, head) pairs per block
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -58,25 +74,13 @@ struct Dims {
   int64_t S, Q, N, H, KV, D, chunks;
   float scale;
   int by_position;
+  int rows;           // query rows per block: a tile of one sequence's rows
+  int heads;          // query heads per block, all of one kv head
+  int64_t row_tiles;  // ceil(Q / rows)
 };
 
-// tree reduction over the block's kChunk values, the same order every call
-template <bool kMax>
-__device__ float block_reduce(float* red, float value) {
-  const int t = threadIdx.x;
-  red[t] = value;
-  __syncthreads();
-  for (int stride = kChunk / 2; stride > 0; stride >>= 1) {
-    if (t < stride) red[t] = kMax ? fmaxf(red[t], red[t + stride]) : red[t] + red[t + stride];
-    __syncthreads();
-  }
-  const float result = red[0];
-  __syncthreads();
-  return result;
-}
-
 // 16 bytes of T as floats: 4 float32 or 8 float16 / bfloat16 (rows are 16-byte aligned when
-// D * sizeof(T) is a multiple of 16; Kernel::Compute checks)
+// D * sizeof(T) is a multiple of 16; Compute checks)
 template <typename T>
 struct Vec {
   static constexpr int kSize = 16 / sizeof(T);
@@ -88,10 +92,38 @@ struct Vec {
   }
 };
 
-// one block per (token row, head, chunk): max, sum of exp and the weighted sum of its keys;
-// written as the output when the step has one chunk, else as partials for the combine kernel.
-// Thread t scores key t; for the weighted sum the threads form kChunk / D groups (D <= kChunk)
-// of D lanes, group g summing keys g, g + groups, ... for lane d, the groups then added in order.
+// a warp's 32 values reduced by shuffles down, in a fixed order (lane 0 holds the result); a
+// chunk's kChunk values are its kWarps warps' results folded in index order (fold)
+template <bool kMax>
+__device__ __forceinline__ float warp_reduce(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_down_sync(0xffffffffu, value, offset);
+    value = kMax ? fmaxf(value, other) : value + other;
+  }
+  return value;
+}
+
+template <bool kMax>
+__device__ __forceinline__ float fold(const float* warp_parts) {
+  float result = warp_parts[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w)
+    result = kMax ? fmaxf(result, warp_parts[w]) : result + warp_parts[w];
+  return result;
+}
+
+// a key row's 16-byte vectors loaded before they are used (else one dependent load at a time)
+constexpr int kKeyLoads = 8;
+
+// One block per (sequence, tile of `rows` of its query rows, group of `heads` query heads of one
+// kv head, chunk of kChunk keys): for each (row, head) pair of the block, the max, the sum of
+// exp and the weighted sum of the chunk's keys, written as the output when the step has one
+// chunk, else as partials for combine_kernel. Thread t holds key t (loaded once for the block's
+// heads; the rows of a tile read it again, from L1); the values are staged in shared memory a
+// few keys at a time, and for the weighted sum the threads form kChunk / D groups of D lanes,
+// group g summing keys g, g + groups, ... for lane d, the groups then added in order. A pair's arithmetic is the same whatever the tile and group it is in, so
+// the launch shape (chosen per step for occupancy) cannot change a result.
 template <typename T>
 __global__ void __launch_bounds__(kChunk) chunk_kernel(
     const T* __restrict__ q, const T* __restrict__ k_new, const T* __restrict__ v_new,
@@ -99,89 +131,200 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
     const int64_t* __restrict__ cell_table, const bool* __restrict__ mask,
     const int64_t* __restrict__ positions, Dims dm, float* __restrict__ partials,
     T* __restrict__ out) {
-  __shared__ float q_row[kMaxHeadDim];
-  __shared__ int new_col[kChunk];  // the new token holding the slot's key, -1 none
-  __shared__ float red[kChunk];
-  __shared__ float weight[kChunk];
-  __shared__ const T* value_row[kChunk];
-  __shared__ float group_sum[kChunk];
+  __shared__ float q_sum[kMaxPairs][kMaxHeadDim];  // the pairs' queries, then the group sums
+  __shared__ float weight[kMaxPairs][kChunk];       // scores, then exp weights
+  __shared__ int new_col[kMaxRows][kChunk];         // the new token holding a key slot, -1 none
+  __shared__ const T* key_rows[kMaxRows][kChunk];   // a row's key for each key slot, null: none
+  __shared__ const T* value_rows[kMaxRows][kChunk];  // and its value
+  __shared__ __align__(16) T stage[64 / sizeof(T)][kMaxHeadDim];  // values being summed
+  __shared__ float stats[kMaxPairs][2];             // each pair's max and sum of exp
+  __shared__ float max_part[kMaxPairs][kWarps], sum_part[kMaxPairs][kWarps];
 
-  const int64_t block = blockIdx.x;
+  const int64_t head_groups = dm.H / dm.heads;
+  int64_t block = blockIdx.x;
   const int64_t c = block % dm.chunks;
-  const int64_t h = (block / dm.chunks) % dm.H;
-  const int64_t row = block / (dm.chunks * dm.H);  // s * Q + i
-  const int64_t s = row / dm.Q;
+  block /= dm.chunks;
+  const int64_t h0 = (block % head_groups) * dm.heads;
+  block /= head_groups;
+  const int64_t r0 = (block % dm.row_tiles) * dm.rows;
+  const int64_t s = block / dm.row_tiles;
+  const int rows = static_cast<int>(dm.Q - r0 < dm.rows ? dm.Q - r0 : dm.rows);
+  const int heads = dm.heads;
+  const int pairs = rows * heads;
   const int t = threadIdx.x;
   const int D = static_cast<int>(dm.D);
   const int64_t kv_width = dm.KV * dm.D;
-  const int64_t kv_offset = (h / (dm.H / dm.KV)) * dm.D;
+  const int64_t kv_offset = (h0 / (dm.H / dm.KV)) * dm.D;
   const int64_t first = c * kChunk;
-  const bool* mask_row = mask + row * (dm.N + dm.Q);
-
-  for (int d = t; d < D; d += kChunk) q_row[d] = to_float(q[(row * dm.H + h) * dm.D + d]);
-  new_col[t] = -1;
-  __syncthreads();
-  for (int64_t i = t; i < dm.Q; i += kChunk) {
-    const int64_t key = dm.by_position ? positions[s * dm.Q + i] : dm.N + i;
-    if (key >= first && key < first + kChunk && mask_row[dm.N + i]) new_col[key - first] = i;
-  }
-  __syncthreads();
-
   const int64_t key = first + t;
-  const T* key_row = nullptr;
-  const T* val_row = v_pool + kv_offset;  // a row that exists: weight 0 keys read it, unused
-  if (key < dm.N && mask_row[key]) {
-    const int64_t cell = cell_table[s * dm.N + key];
-    key_row = k_pool + cell * kv_width + kv_offset;
-    val_row = v_pool + cell * kv_width + kv_offset;
-  } else if (new_col[t] >= 0) {
-    const int64_t at = (s * dm.Q + new_col[t]) * kv_width + kv_offset;
-    key_row = k_new + at;
-    val_row = v_new + at;
-  }
-  float score = -INFINITY;
-  if (key_row != nullptr) {
-    float dot = 0.f;
-    float items[Vec<T>::kSize];
-#pragma unroll 4
-    for (int d = 0; d < D; d += Vec<T>::kSize) {
-      Vec<T>::load(key_row + d, items);
-#pragma unroll
-      for (int i = 0; i < Vec<T>::kSize; ++i) dot += q_row[d + i] * items[i];
-    }
-    score = dot * dm.scale;
-  }
-  const float m = block_reduce<true>(red, score);
-  const float e = (key_row != nullptr) ? expf(score - m) : 0.f;
-  weight[t] = e;
-  value_row[t] = val_row;
-  const float l = block_reduce<false>(red, e);  // its barriers publish weight and value_row
 
-  const int groups = kChunk / D;
-  const int g = t / D, lane = t % D;
-  float acc = 0.f;
-  if (g < groups) {
-#pragma unroll 8
-    for (int j = g; j < kChunk; j += groups) {
-      const float v = to_float(value_row[j][lane]);
-      const float w = weight[j];
-      acc += (w != 0.f) ? w * v : 0.f;  // a weight-0 row may hold anything: never summed
+  for (int i = t; i < pairs * D; i += kChunk) {
+    const int p = i / D, d = i % D;
+    const int64_t row = s * dm.Q + r0 + p / heads;
+    q_sum[p][d] = to_float(q[(row * dm.H + h0 + p % heads) * dm.D + d]);
+  }
+  for (int r = 0; r < rows; ++r) new_col[r][t] = -1;
+  __syncthreads();
+  for (int r = 0; r < rows; ++r) {  // a row sees at most one new token per key
+    const bool* mask_row = mask + (s * dm.Q + r0 + r) * (dm.N + dm.Q);
+    for (int64_t i = t; i < dm.Q; i += kChunk) {
+      const int64_t at = dm.by_position ? positions[s * dm.Q + i] : dm.N + i;
+      if (at >= first && at < first + kChunk && mask_row[dm.N + i]) new_col[r][at - first] = i;
     }
   }
-  group_sum[t] = acc;
   __syncthreads();
-  if (t < D) {
-    float total = 0.f;
-    for (int k = 0; k < groups; ++k) total += group_sum[k * D + t];
-    if (dm.chunks > 1) {
-      float* part = partials + ((row * dm.H + h) * dm.chunks + c) * (dm.D + 2);
-      if (t == 0) {
-        part[0] = m;
-        part[1] = l;
+
+  // each row's key and value for key t (null where the row does not see it)
+  bool any = false;
+#pragma unroll 1
+  for (int r = 0; r < rows; ++r) {
+    const bool* mask_row = mask + (s * dm.Q + r0 + r) * (dm.N + dm.Q);
+    const T *key_row = nullptr, *val_row = nullptr;
+    if (key < dm.N && mask_row[key]) {
+      const int64_t cell = cell_table[s * dm.N + key];
+      key_row = k_pool + cell * kv_width + kv_offset;
+      val_row = v_pool + cell * kv_width + kv_offset;
+    } else if (new_col[r][t] >= 0) {
+      const int64_t at = (s * dm.Q + new_col[r][t]) * kv_width + kv_offset;
+      key_row = k_new + at;
+      val_row = v_new + at;
+    }
+    key_rows[r][t] = key_row;
+    value_rows[r][t] = val_row;
+    any |= key_row != nullptr;
+  }
+  if (!__syncthreads_or(any)) {  // no row of the tile sees a key of this chunk
+    for (int i = t; i < pairs * D; i += kChunk) {
+      const int p = i / D, d = i % D;
+      const int64_t row_head = (s * dm.Q + r0 + p / heads) * dm.H + h0 + p % heads;
+      if (dm.chunks > 1) {
+        float* part = partials + (row_head * dm.chunks + c) * (dm.D + 2);
+        if (d == 0) {
+          part[0] = -INFINITY;
+          part[1] = 0.f;
+        }
+        part[2 + d] = 0.f;
+      } else {
+        out[row_head * dm.D + d] = from_float<T>(0.f);
       }
-      part[2 + t] = total;
+    }
+    return;
+  }
+
+#pragma unroll 1
+  for (int r = 0; r < rows; ++r) {  // rows one at a time: unrolled, the kernel's code is too large
+    const T* key_row = key_rows[r][t];
+    float dot[kMaxHeads];
+#pragma unroll
+    for (int g = 0; g < kMaxHeads; ++g) dot[g] = 0.f;
+    if (key_row != nullptr) {
+      constexpr int kVecs = kMaxHeadDim / Vec<T>::kSize;  // a row's vectors at most
+#pragma unroll 1
+      for (int base = 0; base < kVecs && base * Vec<T>::kSize < D; base += kKeyLoads) {
+        uint4 raw[kKeyLoads];
+#pragma unroll
+        for (int u = 0; u < kKeyLoads; ++u) {
+          const int d = (base + u) * Vec<T>::kSize;
+          if (d < D) raw[u] = *reinterpret_cast<const uint4*>(key_row + d);
+        }
+#pragma unroll
+        for (int u = 0; u < kKeyLoads; ++u) {
+          const int d = (base + u) * Vec<T>::kSize;
+          if (d >= D) continue;
+          const T* items = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+          for (int g = 0; g < kMaxHeads; ++g) {
+            if (g >= heads) continue;
+#pragma unroll
+            for (int i = 0; i < Vec<T>::kSize; ++i)
+              dot[g] = fmaf(q_sum[r * heads + g][d + i], to_float(items[i]), dot[g]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxHeads; ++g)
+      if (g < heads) weight[r * heads + g][t] = key_row != nullptr ? dot[g] * dm.scale : -INFINITY;
+  }
+  __syncthreads();
+
+  // every pair's max of scores, then its exp weights and their sum: two barriers in all
+  const int lane32 = t & 31, warp = t >> 5;
+  for (int p = 0; p < pairs; ++p) {
+    const float m = warp_reduce<true>(weight[p][t]);
+    if (lane32 == 0) max_part[p][warp] = m;
+  }
+  __syncthreads();
+  for (int p = 0; p < pairs; ++p) {
+    const float score = weight[p][t];
+    const float e = score != -INFINITY ? expf(score - fold<true>(max_part[p])) : 0.f;
+    weight[p][t] = e;
+    const float l = warp_reduce<false>(e);
+    if (lane32 == 0) sum_part[p][warp] = l;
+  }
+  __syncthreads();
+  if (t < pairs) {
+    stats[t][0] = fold<true>(max_part[t]);
+    stats[t][1] = fold<false>(sum_part[t]);
+  }
+
+  // the weighted sum: a row's values staged kStage keys at a time in shared memory (16-byte
+  // loads, all in flight), then summed from there
+  constexpr int kStage = 64 / sizeof(T);  // keys per stage: 16 float32 or 32 float16 rows
+  const int groups = kChunk / D;
+  const int g_id = t / D, lane = t % D;
+  const int vectors = D / Vec<T>::kSize;  // 16-byte vectors per row
+#pragma unroll 1
+  for (int r = 0; r < rows; ++r) {
+    float acc[kMaxHeads];
+#pragma unroll
+    for (int g = 0; g < kMaxHeads; ++g) acc[g] = 0.f;
+#pragma unroll 1
+    for (int first_key = 0; first_key < kChunk; first_key += kStage) {
+      __syncthreads();  // the previous stage read
+      for (int i = t; i < kStage * vectors; i += kChunk) {
+        const int j = i / vectors, v = i % vectors;
+        const T* val_row = value_rows[r][first_key + j];
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (val_row != nullptr) raw = *reinterpret_cast<const uint4*>(val_row + v * Vec<T>::kSize);
+        *reinterpret_cast<uint4*>(&stage[j][v * Vec<T>::kSize]) = raw;
+      }
+      __syncthreads();
+      if (g_id < groups) {
+        for (int j = g_id; j < kStage; j += groups) {
+          const float value = to_float(stage[j][lane]);
+#pragma unroll
+          for (int g = 0; g < kMaxHeads; ++g) {
+            if (g >= heads) continue;
+            const float w = weight[r * heads + g][first_key + j];
+            if (w != 0.f) acc[g] = fmaf(w, value, acc[g]);  // a weight-0 row may hold anything
+          }
+        }
+      }
+    }
+    // q_sum's queries were last read before the reductions' barriers
+    if (g_id < groups) {
+#pragma unroll
+      for (int g = 0; g < kMaxHeads; ++g)
+        if (g < heads) q_sum[r * heads + g][t] = acc[g];
+    }
+  }
+  __syncthreads();
+  for (int i = t; i < pairs * D; i += kChunk) {
+    const int p = i / D, d = i % D;
+    float total = 0.f;
+    for (int k = 0; k < groups; ++k) total += q_sum[p][k * D + d];
+    const int64_t row_head = (s * dm.Q + r0 + p / heads) * dm.H + h0 + p % heads;
+    if (dm.chunks > 1) {
+      float* part = partials + (row_head * dm.chunks + c) * (dm.D + 2);
+      if (d == 0) {
+        part[0] = stats[p][0];
+        part[1] = stats[p][1];
+      }
+      part[2 + d] = total;
     } else {
-      out[(row * dm.H + h) * dm.D + t] = from_float<T>(l > 0.f ? total / l : 0.f);
+      const float l = stats[p][1];
+      out[row_head * dm.D + d] = from_float<T>(l > 0.f ? total / l : 0.f);
     }
   }
 }
@@ -210,29 +353,99 @@ __global__ void combine_kernel(const float* __restrict__ partials, Dims dm, T* _
   }
 }
 
+// qkv [rows, (H + 2 KV) * D] -> q [rows, H * D] and k [rows, KV * D] rotated by each row's
+// position (rotate-half, as opset-23 RotaryEmbedding with interleaved 0 over cos / sin caches
+// [positions, D / 2]), v [rows, KV * D] copied; float32 arithmetic, one rounding. With q_norm
+// and k_norm ([D] each, Qwen3), each head of q and k is first RMS-normalized over its D values
+// and rounded to T, as RMSNormalization before RotaryEmbedding. One block per row, one warp per
+// head.
+template <typename T>
+__global__ void rotary_split_kernel(const T* __restrict__ qkv, const T* __restrict__ cos_cache,
+                                    const T* __restrict__ sin_cache,
+                                    const int64_t* __restrict__ positions, int64_t max_position,
+                                    const T* __restrict__ q_norm, const T* __restrict__ k_norm,
+                                    float epsilon, int64_t H, int64_t KV, int64_t D,
+                                    T* __restrict__ q, T* __restrict__ k, T* __restrict__ v) {
+  const int64_t row = blockIdx.x;
+  const int64_t half = D / 2;
+  const T* in = qkv + row * (H + 2 * KV) * D;
+  int64_t position = positions[row];
+  position = position < 0 ? 0 : (position >= max_position ? max_position - 1 : position);
+  const T* cos_row = cos_cache + position * half;
+  const T* sin_row = sin_cache + position * half;
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int64_t head = threadIdx.x >> 5; head < H + KV; head += warps) {
+    const T* x = in + head * D;
+    const T* norm = head < H ? q_norm : k_norm;
+    float inv = 1.f;
+    if (norm != nullptr) {
+      float squares = 0.f;
+      for (int64_t d = lane; d < D; d += 32) {
+        const float value = to_float(x[d]);
+        squares = fmaf(value, value, squares);
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1)
+        squares += __shfl_down_sync(0xffffffffu, squares, offset);
+      squares = __shfl_sync(0xffffffffu, squares, 0);
+      inv = 1.f / sqrtf(squares / static_cast<float>(D) + epsilon);
+    }
+    T* dst = head < H ? q + (row * H + head) * D : k + (row * KV + head - H) * D;
+    for (int64_t d = lane; d < half; d += 32) {
+      float x1 = to_float(x[d]), x2 = to_float(x[half + d]);
+      if (norm != nullptr) {
+        x1 = to_float(from_float<T>(x1 * inv * to_float(norm[d])));
+        x2 = to_float(from_float<T>(x2 * inv * to_float(norm[half + d])));
+      }
+      const float cs = to_float(cos_row[d]), sn = to_float(sin_row[d]);
+      dst[d] = from_float<T>(x1 * cs - x2 * sn);
+      dst[half + d] = from_float<T>(x2 * cs + x1 * sn);
+    }
+  }
+  for (int64_t i = threadIdx.x; i < KV * D; i += blockDim.x)
+    v[row * KV * D + i] = in[(H + KV) * D + i];
+}
+
+// x [rows, 2 I] -> silu(x[:, :I]) * x[:, I:] [rows, I], float32 arithmetic, one rounding
+template <typename T>
+__global__ void swiglu_kernel(const T* __restrict__ x, int64_t rows, int64_t inner,
+                              T* __restrict__ out) {
+  const int64_t total = rows * inner;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / inner, j = i % inner;
+    const float gate = to_float(x[row * 2 * inner + j]);
+    const float up = to_float(x[row * 2 * inner + inner + j]);
+    out[i] = from_float<T>(gate / (1.f + expf(-gate)) * up);
+  }
+}
+
 template <typename T>
 struct CudaType;
 template <>
 struct CudaType<float> {
-  using type = float;
   static constexpr ONNXTensorElementDataType onnx = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-  static constexpr const char* name = "CellAttentionFloat";
+  static constexpr const char* suffix = "Float";
 };
 template <>
 struct CudaType<__half> {
-  using type = __half;
   static constexpr ONNXTensorElementDataType onnx = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
-  static constexpr const char* name = "CellAttentionFloat16";
+  static constexpr const char* suffix = "Float16";
 };
 template <>
 struct CudaType<__nv_bfloat16> {
-  using type = __nv_bfloat16;
   static constexpr ONNXTensorElementDataType onnx = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
-  static constexpr const char* name = "CellAttentionBFloat16";
+  static constexpr const char* suffix = "BFloat16";
 };
 
 OrtStatus* error(const std::string& message) {
-  return Ort::GetApi().CreateStatus(ORT_INVALID_ARGUMENT, ("CellAttention: " + message).c_str());
+  return Ort::GetApi().CreateStatus(ORT_INVALID_ARGUMENT, ("cellspec: " + message).c_str());
+}
+
+OrtStatus* launched() {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) return error(std::string("launch: ") + cudaGetErrorString(status));
+  return nullptr;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -241,12 +454,104 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
+// a kernel's Compute as ONNX Runtime calls it (ComputeV2), exceptions as statuses
+template <typename K>
+OrtStatus* compute(K& kernel, OrtKernelContext* context) {
+  try {
+    Ort::KernelContext ctx(context);
+    return kernel.Compute(ctx);
+  } catch (const Ort::Exception& e) {
+    return error(e.what());
+  }
+}
+
+int multiprocessors() {
+  static int count = [] {
+    int device = 0, value = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device);
+    return value > 0 ? value : 1;
+  }();
+  return count;
+}
+
+// The launch shape: as many rows and heads per block as fit (keys are read once for them), fewer
+// while the step would not give every multiprocessor a block. Results do not depend on it.
+void tile(Dims& dm) {
+  const int64_t group = dm.H / dm.KV;
+  auto smaller_divisor = [&](int64_t below) {
+    for (int64_t g = below - 1; g > 1; --g)
+      if (group % g == 0) return g;
+    return int64_t{1};
+  };
+  int64_t heads = smaller_divisor(std::min<int64_t>(kMaxHeads, group) + 1);
+  int64_t rows = std::min<int64_t>({dm.Q, kMaxRows, kMaxPairs / heads});
+  auto blocks = [&] { return dm.S * ((dm.Q + rows - 1) / rows) * (dm.H / heads) * dm.chunks; };
+  while (blocks() < multiprocessors() && (rows > 1 || heads > 1)) {
+    if (rows > 1) rows = (rows + 1) / 2;
+    else heads = smaller_divisor(heads);
+  }
+  dm.rows = static_cast<int>(rows);
+  dm.heads = static_cast<int>(heads);
+  dm.row_tiles = (dm.Q + rows - 1) / rows;
+}
+
+// attention of q [S, Q, H * D] over the cells and the new keys (inputs 3..7 of both ops)
 template <typename T>
-struct Kernel {
+OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, const T* q,
+                  const T* k_new, const T* v_new, int64_t heads, int64_t kv_heads, float scale,
+                  int64_t by_position, size_t out_index, size_t partials_index) {
+  auto shape_of = [&](size_t i) { return ctx.GetInput(i).GetTensorTypeAndShapeInfo().GetShape(); };
+  const std::vector<int64_t> table = shape_of(5), mask = shape_of(6);
+  Dims dm{q_shape[0], q_shape[1], table.size() == 2 ? table[1] : -1, heads, kv_heads,
+          q_shape[2] / heads, 0, scale, static_cast<int>(by_position), 1, 1, 1};
+  if (table.size() != 2 || table[0] != dm.S || dm.D > kMaxHeadDim || heads % kv_heads != 0 ||
+      (dm.D * sizeof(T)) % 16 != 0)
+    return error("q " + shape_text(q_shape) + " with cell_table " + shape_text(table) +
+                 " (head size at most 128, a multiple of 16 bytes)");
+  if (mask != std::vector<int64_t>{dm.S, 1, dm.Q, dm.N + dm.Q})
+    return error("attn_mask " + shape_text(mask) + ", expected [S, 1, Q, N + Q] for q " +
+                 shape_text(q_shape) + " and cell_table " + shape_text(table));
+  dm.chunks = (dm.N + dm.Q + kChunk - 1) / kChunk;
+  auto out = ctx.GetOutput(out_index, q_shape);
+  const int64_t row_heads = dm.S * dm.Q * dm.H;
+  auto partials = ctx.GetOutput(partials_index, {row_heads * dm.chunks * (dm.D + 2)});
+  if (row_heads == 0) return nullptr;
+  tile(dm);
+  auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
+  const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
+  chunk_kernel<T><<<blocks, kChunk, 0, stream>>>(
+      q, k_new, v_new, ctx.GetInput(3).GetTensorData<T>(), ctx.GetInput(4).GetTensorData<T>(),
+      ctx.GetInput(5).GetTensorData<int64_t>(), ctx.GetInput(6).GetTensorData<bool>(),
+      ctx.GetInput(7).GetTensorData<int64_t>(), dm, partials.GetTensorMutableData<float>(),
+      out.GetTensorMutableData<T>());
+  if (dm.chunks > 1) {
+    const int threads = dm.D < 128 ? static_cast<int>(dm.D) : 128;
+    combine_kernel<T><<<row_heads, threads, 0, stream>>>(partials.GetTensorData<float>(), dm,
+                                                         out.GetTensorMutableData<T>());
+  }
+  return launched();
+}
+
+// CellAttention: q, k_new, v_new, k_pool, v_pool, cell_table, attn_mask, positions -> out,
+// partials (scratch)
+template <typename T>
+struct AttentionKernel {
+  static constexpr const char* kName = "CellAttention";
+  static constexpr size_t kInputs = 8, kOutputs = 2;
+  static ONNXTensorElementDataType input_type(size_t i) {
+    if (i == 5 || i == 7) return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+    if (i == 6) return ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
+    return CudaType<T>::onnx;
+  }
+  static ONNXTensorElementDataType output_type(size_t i) {
+    return i == 0 ? CudaType<T>::onnx : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  }
+
   int64_t heads, kv_heads, by_position;
   float scale;
 
-  explicit Kernel(const OrtKernelInfo* info) {
+  explicit AttentionKernel(const OrtKernelInfo* info) {
     Ort::ConstKernelInfo attrs(info);
     heads = attrs.GetAttribute<int64_t>("num_heads");
     kv_heads = attrs.GetAttribute<int64_t>("kv_num_heads");
@@ -254,74 +559,129 @@ struct Kernel {
     scale = attrs.GetAttribute<float>("scale");
   }
 
-  OrtStatus* ComputeV2(OrtKernelContext* context) {
-    try {
-      return Compute(context);
-    } catch (const Ort::Exception& e) {
-      return error(e.what());
-    }
-  }
+  OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
 
-  OrtStatus* Compute(OrtKernelContext* context) {
-    Ort::KernelContext ctx(context);
-    auto shape_of = [&](size_t i) { return ctx.GetInput(i).GetTensorTypeAndShapeInfo().GetShape(); };
-    const std::vector<int64_t> q_shape = shape_of(0), table = shape_of(5), mask = shape_of(6);
-    if (q_shape.size() != 3 || table.size() != 2 || q_shape[2] % heads != 0)
-      return error("q " + shape_text(q_shape) + ", cell_table " + shape_text(table));
-    Dims dm{q_shape[0], q_shape[1], table[1], heads, kv_heads, q_shape[2] / heads, 0, scale,
-            static_cast<int>(by_position)};
-    if (table[0] != dm.S || dm.D > kMaxHeadDim || heads % kv_heads != 0 ||
-        (dm.D * sizeof(T)) % 16 != 0)
-      return error("q " + shape_text(q_shape) + " with cell_table " + shape_text(table) +
-                   " (head size at most 128, a multiple of 16 bytes)");
-    if (mask != std::vector<int64_t>{dm.S, 1, dm.Q, dm.N + dm.Q})
-      return error("attn_mask " + shape_text(mask) + ", expected [S, 1, Q, N + Q] for q " +
-                   shape_text(q_shape) + " and cell_table " + shape_text(table));
-    dm.chunks = (dm.N + dm.Q + kChunk - 1) / kChunk;
-    auto out = ctx.GetOutput(0, q_shape);
-    const int64_t num_blocks = dm.S * dm.Q * dm.H;
-    auto partials = ctx.GetOutput(1, {num_blocks * dm.chunks * (dm.D + 2)});
-    if (num_blocks == 0) return nullptr;
-    auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
-    using C = typename CudaType<T>::type;
-    auto in = [&](size_t i) { return ctx.GetInput(i).GetTensorData<C>(); };
-    chunk_kernel<C><<<num_blocks * dm.chunks, kChunk, 0, stream>>>(
-        in(0), in(1), in(2), in(3), in(4), ctx.GetInput(5).GetTensorData<int64_t>(),
-        ctx.GetInput(6).GetTensorData<bool>(), ctx.GetInput(7).GetTensorData<int64_t>(), dm,
-        partials.GetTensorMutableData<float>(), out.GetTensorMutableData<C>());
-    if (dm.chunks > 1) {
-      const int threads = dm.D < 128 ? static_cast<int>(dm.D) : 128;
-      combine_kernel<C><<<num_blocks, threads, 0, stream>>>(
-          partials.GetTensorData<float>(), dm, out.GetTensorMutableData<C>());
-    }
-    const cudaError_t status = cudaGetLastError();
-    if (status != cudaSuccess) return error(std::string("launch: ") + cudaGetErrorString(status));
-    return nullptr;
+  OrtStatus* Compute(Ort::KernelContext& ctx) {
+    const std::vector<int64_t> q_shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
+    if (q_shape.size() != 3 || q_shape[2] % heads != 0)
+      return error("CellAttention: q " + shape_text(q_shape) + " for " + std::to_string(heads) +
+                   " heads");
+    return attend<T>(ctx, q_shape, ctx.GetInput(0).GetTensorData<T>(),
+                     ctx.GetInput(1).GetTensorData<T>(), ctx.GetInput(2).GetTensorData<T>(),
+                     heads, kv_heads, scale, by_position, 0, 1);
   }
 };
 
+// CellRotaryAttention: the CellAttention of q, k and v sliced from one projection qkv
+// [S, Q, (H + 2 KV) * D] with q and k rotated: qkv, cos_cache, sin_cache, k_pool, v_pool,
+// cell_table, attn_mask, positions -> out, k_new, v_new (rotated k and v, for the commit),
+// q (rotated, scratch), partials (scratch). CellNormRotaryAttention takes q_norm and k_norm
+// [D] as inputs 8 and 9 (attribute epsilon) and normalizes each head before rotating it.
+template <typename T, bool kNorm>
+struct RotaryAttentionKernel : AttentionKernel<T> {
+  static constexpr const char* kName = kNorm ? "CellNormRotaryAttention" : "CellRotaryAttention";
+  static constexpr size_t kInputs = kNorm ? 10 : 8, kOutputs = 5;
+  static ONNXTensorElementDataType input_type(size_t i) {
+    return i >= 8 ? CudaType<T>::onnx : AttentionKernel<T>::input_type(i);
+  }
+  static ONNXTensorElementDataType output_type(size_t i) {
+    return i == 4 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : CudaType<T>::onnx;
+  }
+
+  float epsilon = 0.f;
+
+  explicit RotaryAttentionKernel(const OrtKernelInfo* info) : AttentionKernel<T>(info) {
+    if (kNorm) epsilon = Ort::ConstKernelInfo(info).GetAttribute<float>("epsilon");
+  }
+
+  OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
+
+  OrtStatus* Compute(Ort::KernelContext& ctx) {
+    const int64_t H = this->heads, KV = this->kv_heads;
+    auto shape_of = [&](size_t i) { return ctx.GetInput(i).GetTensorTypeAndShapeInfo().GetShape(); };
+    const std::vector<int64_t> qkv = shape_of(0), cos = shape_of(1), sin = shape_of(2);
+    const int64_t D = qkv.size() == 3 ? qkv[2] / (H + 2 * KV) : 0;
+    if (qkv.size() != 3 || D == 0 || D % 2 != 0 || qkv[2] != (H + 2 * KV) * D)
+      return error(std::string(kName) + ": qkv " + shape_text(qkv) + " for " +
+                   std::to_string(H) + " + 2 x " + std::to_string(KV) + " heads");
+    if (cos.size() != 2 || cos[1] != D / 2 || sin != cos)
+      return error(std::string(kName) + ": cos_cache " + shape_text(cos) + ", sin_cache " +
+                   shape_text(sin) + ", expected [positions, " + std::to_string(D / 2) + "]");
+    const T* norms[2] = {nullptr, nullptr};
+    if (kNorm) {
+      for (size_t i = 0; i < 2; ++i) {
+        if (shape_of(8 + i) != std::vector<int64_t>{D})
+          return error(std::string(kName) + ": q_norm / k_norm " + shape_text(shape_of(8 + i)) +
+                       ", expected [" + std::to_string(D) + "]");
+        norms[i] = ctx.GetInput(8 + i).GetTensorData<T>();
+      }
+    }
+    const int64_t S = qkv[0], Q = qkv[1];
+    auto k_new = ctx.GetOutput(1, {S, Q, KV * D});
+    auto v_new = ctx.GetOutput(2, {S, Q, KV * D});
+    auto q = ctx.GetOutput(3, {S, Q, H * D});
+    if (S * Q > 0) {
+      auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
+      rotary_split_kernel<T><<<S * Q, 128, 0, stream>>>(
+          ctx.GetInput(0).GetTensorData<T>(), ctx.GetInput(1).GetTensorData<T>(),
+          ctx.GetInput(2).GetTensorData<T>(), ctx.GetInput(7).GetTensorData<int64_t>(), cos[0],
+          norms[0], norms[1], epsilon, H, KV, D, q.GetTensorMutableData<T>(),
+          k_new.GetTensorMutableData<T>(), v_new.GetTensorMutableData<T>());
+      if (OrtStatus* status = launched()) return status;
+    }
+    return attend<T>(ctx, {S, Q, H * D}, q.GetTensorData<T>(), k_new.GetTensorData<T>(),
+                     v_new.GetTensorData<T>(), H, KV, this->scale, this->by_position, 0, 4);
+  }
+};
+
+// SwiGlu: x [..., 2 I] -> silu(x[..., :I]) * x[..., I:]
 template <typename T>
-struct Op : Ort::CustomOpBase<Op<T>, Kernel<T>, true> {
+struct SwiGluKernel {
+  static constexpr const char* kName = "SwiGlu";
+  static constexpr size_t kInputs = 1, kOutputs = 1;
+  static ONNXTensorElementDataType input_type(size_t) { return CudaType<T>::onnx; }
+  static ONNXTensorElementDataType output_type(size_t) { return CudaType<T>::onnx; }
+
+  explicit SwiGluKernel(const OrtKernelInfo*) {}
+
+  OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
+
+  OrtStatus* Compute(Ort::KernelContext& ctx) {
+    std::vector<int64_t> shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
+    if (shape.empty() || shape.back() % 2 != 0)
+      return error("SwiGlu: x " + shape_text(shape) + ", expected an even last dimension");
+    const int64_t inner = shape.back() / 2;
+    shape.back() = inner;
+    auto out = ctx.GetOutput(0, shape);
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+    if (rows * inner == 0) return nullptr;
+    const int64_t blocks = std::min<int64_t>((rows * inner + 255) / 256, 4096);
+    swiglu_kernel<T><<<blocks, 256, 0, static_cast<cudaStream_t>(ctx.GetGPUComputeStream())>>>(
+        ctx.GetInput(0).GetTensorData<T>(), rows, inner, out.GetTensorMutableData<T>());
+    return launched();
+  }
+};
+
+// a kernel class as an ONNX Runtime custom op named kName + the type's suffix
+template <typename K, typename T>
+struct Op : Ort::CustomOpBase<Op<K, T>, K, true> {
+  std::string name = std::string(K::kName) + CudaType<T>::suffix;
+
   OrtStatus* CreateKernelV2(const OrtApi&, const OrtKernelInfo* info, void** kernel) const {
     try {
-      *kernel = new Kernel<T>(info);
+      *kernel = new K(info);
       return nullptr;
     } catch (const Ort::Exception& e) {
       return error(e.what());
     }
   }
-  const char* GetName() const { return CudaType<T>::name; }
+  const char* GetName() const { return name.c_str(); }
   const char* GetExecutionProviderType() const { return "CUDAExecutionProvider"; }
-  size_t GetInputTypeCount() const { return 8; }
-  ONNXTensorElementDataType GetInputType(size_t i) const {
-    if (i == 5 || i == 7) return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
-    if (i == 6) return ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
-    return CudaType<T>::onnx;
-  }
-  size_t GetOutputTypeCount() const { return 2; }
-  ONNXTensorElementDataType GetOutputType(size_t i) const {
-    return i == 0 ? CudaType<T>::onnx : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-  }
+  size_t GetInputTypeCount() const { return K::kInputs; }
+  ONNXTensorElementDataType GetInputType(size_t i) const { return K::input_type(i); }
+  size_t GetOutputTypeCount() const { return K::kOutputs; }
+  ONNXTensorElementDataType GetOutputType(size_t i) const { return K::output_type(i); }
 };
 
 }  // namespace
@@ -329,16 +689,34 @@ struct Op : Ort::CustomOpBase<Op<T>, Kernel<T>, true> {
 extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
                                                      const OrtApiBase* api_base) {
   Ort::InitApi(api_base->GetApi(ORT_API_VERSION));
-  static Op<float> op_float;
-  static Op<__half> op_half;
-  static Op<__nv_bfloat16> op_bfloat16;
+  static Op<AttentionKernel<float>, float> attention_float;
+  static Op<AttentionKernel<__half>, __half> attention_half;
+  static Op<AttentionKernel<__nv_bfloat16>, __nv_bfloat16> attention_bfloat16;
+  static Op<RotaryAttentionKernel<float, false>, float> rotary_float;
+  static Op<RotaryAttentionKernel<__half, false>, __half> rotary_half;
+  static Op<RotaryAttentionKernel<__nv_bfloat16, false>, __nv_bfloat16> rotary_bfloat16;
+  static Op<RotaryAttentionKernel<float, true>, float> norm_rotary_float;
+  static Op<RotaryAttentionKernel<__half, true>, __half> norm_rotary_half;
+  static Op<RotaryAttentionKernel<__nv_bfloat16, true>, __nv_bfloat16> norm_rotary_bfloat16;
+  static Op<SwiGluKernel<float>, float> swiglu_float;
+  static Op<SwiGluKernel<__half>, __half> swiglu_half;
+  static Op<SwiGluKernel<__nv_bfloat16>, __nv_bfloat16> swiglu_bfloat16;
   static Ort::CustomOpDomain* domain = nullptr;
   try {
     if (domain == nullptr) {
       domain = new Ort::CustomOpDomain("cellspec");  // lives as long as the process
-      domain->Add(&op_float);
-      domain->Add(&op_half);
-      domain->Add(&op_bfloat16);
+      domain->Add(&attention_float);
+      domain->Add(&attention_half);
+      domain->Add(&attention_bfloat16);
+      domain->Add(&rotary_float);
+      domain->Add(&rotary_half);
+      domain->Add(&rotary_bfloat16);
+      domain->Add(&norm_rotary_float);
+      domain->Add(&norm_rotary_half);
+      domain->Add(&norm_rotary_bfloat16);
+      domain->Add(&swiglu_float);
+      domain->Add(&swiglu_half);
+      domain->Add(&swiglu_bfloat16);
     }
     Ort::UnownedSessionOptions(options).Add(*domain);
   } catch (const Ort::Exception& e) {

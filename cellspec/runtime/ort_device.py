@@ -372,8 +372,9 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     sampler = folder / manifest.graphs["sample"] if "sample" in manifest.graphs else None
     # "decomposed" by default: standard ops give the same token alone or in a batch (greedy),
     # and with or without speculation in float32, and keep wide steps (prompts, verifies of
-    # several sessions) on cuBLAS. "cell" (cellspec's CellAttention) is opt-in: faster narrow
-    # steps and float16 invariance, slower wide ones (docs/design.md, bench/NOTES.md); "cuda"
+    # several sessions) on cuBLAS. "cell" (cellspec's CUDA ops: attention with the rotation,
+    # SwiGlu) is opt-in: faster decode steps and float16 invariance, slower wide ones
+    # (docs/design.md, bench/NOTES.md); "cuda"
     # (GroupQueryAttention) changed float16 tokens between a batch of 8 and each alone.
     attention = os.environ.get("CELLSPEC_CUDA_ATTENTION", "decomposed")
     return OrtDeviceBackend("ort-cuda", device, providers,

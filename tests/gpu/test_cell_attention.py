@@ -116,3 +116,105 @@ def test_a_verified_key_reads_the_same_as_a_cell(cell_library, dtype):
                            (verify["k_new"][:, i:i + 1], verify["v_new"][:, i:i + 1]))
         step["q"] = verify["q"][:, i:i + 1]
         assert np.array_equal(run_op(cell_library, step, 1)[0, 0], got[0, i]), i
+
+
+def run_node(library, op: str, feeds: dict, outputs: list[str], **attrs) -> list[np.ndarray]:
+    """One cellspec op of type `op` + the feeds' dtype suffix on the CUDA provider."""
+    import onnxruntime as ort
+
+    elem = TYPES[next(v for v in feeds.values() if v.dtype.kind == "f").dtype.type]
+    suffix = {TensorProto.FLOAT: "Float", TensorProto.FLOAT16: "Float16"}[elem]
+    kinds = {"cell_table": TensorProto.INT64, "attn_mask": TensorProto.BOOL,
+             "positions": TensorProto.INT64}
+    inputs = [helper.make_tensor_value_info(n, kinds.get(n, elem), v.shape)
+              for n, v in feeds.items()]
+    node = helper.make_node(op + suffix, list(feeds), outputs, domain="cellspec", **attrs)
+    graph = helper.make_graph([node], "t", inputs,
+                              [helper.make_tensor_value_info(n, elem, None) for n in outputs
+                               if n not in ("q_rot", "partials")])
+    model = helper.make_model(graph, ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 23),
+                                             helper.make_opsetid("cellspec", 1)])
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(str(library))
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CUDAExecutionProvider"])
+    return session.run([o.name for o in graph.output], feeds)
+
+
+def rotate(x: np.ndarray, positions: np.ndarray, heads: int, dtype, base: float = 10000.0):
+    """Rotate-half rotary embedding of x [S, Q, heads * D] in float64, and the caches
+    [positions, D / 2] in dtype it used."""
+    S, Q, _ = x.shape
+    x = x.astype(np.float64).reshape(S, Q, heads, D)
+    angles = np.arange(1024)[:, None] * base ** (-np.arange(0, D, 2) / D)
+    cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    c = cos[positions][:, :, None].astype(np.float64)
+    s = sin[positions][:, :, None].astype(np.float64)
+    x1, x2 = x[..., :D // 2], x[..., D // 2:]
+    out = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    return out.reshape(S, Q, heads * D), cos, sin
+
+
+def head_norm(x: np.ndarray, weight: np.ndarray, heads: int, eps: float, dtype) -> np.ndarray:
+    """RMS over each head's D values, times weight, rounded to dtype (as the graph's norm)."""
+    S, Q, _ = x.shape
+    h = x.astype(np.float64).reshape(S, Q, heads, D)
+    h = h / np.sqrt((h * h).mean(-1, keepdims=True) + eps) * weight.astype(np.float64)
+    return h.astype(dtype).reshape(S, Q, heads * D)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(np.float32, 2e-5), (np.float16, 4e-3)])
+@pytest.mark.parametrize("norms", [False, True])
+def test_rotary_attention_matches_reference(cell_library, dtype, tolerance, norms):
+    """CellRotaryAttention on qkv [S, Q, (H + 2 KV) D]: its rotated keys and values and its
+    output against rotation + the attention reference, with Qwen3's head norms or without."""
+    rng = np.random.default_rng(3)
+    step = causal_step(rng, [0, 9, 300, 140], 5, 320, dtype)
+    qkv = rng.standard_normal((4, 5, (H + 2 * KV) * D)).astype(dtype)
+    q, k, v = np.split(qkv, [H * D, (H + KV) * D], axis=-1)
+    weights = [rng.uniform(0.5, 1.5, D).astype(dtype) for _ in "qk"]
+    if norms:
+        q, k = head_norm(q, weights[0], H, 1e-6, dtype), head_norm(k, weights[1], KV, 1e-6, dtype)
+    q_rot, cos, sin = rotate(q, step["positions"], H, dtype)
+    k_rot, _, _ = rotate(k, step["positions"], KV, dtype)
+    feeds = {"qkv": qkv, "cos_cache": cos, "sin_cache": sin,
+             "k_pool": step["k_pool"], "v_pool": step["v_pool"],
+             "cell_table": step["cell_table"], "attn_mask": step["attn_mask"],
+             "positions": step["positions"]}
+    if norms:
+        feeds.update(q_norm=weights[0], k_norm=weights[1])
+    out, k_new, v_new = run_node(
+        cell_library, "CellNormRotaryAttention" if norms else "CellRotaryAttention", feeds,
+        ["out", "k_new", "v_new", "q_rot", "partials"], num_heads=H, kv_num_heads=KV,
+        scale=D ** -0.5, by_position=1, **({"epsilon": 1e-6} if norms else {}))
+    np.testing.assert_allclose(k_new.astype(np.float64), k_rot, atol=tolerance * 2,
+                               rtol=tolerance)
+    assert np.array_equal(v_new, v)
+    expected = reference(dict(step, q=q_rot, k_new=k_new, v_new=v_new))
+    np.testing.assert_allclose(out.astype(np.float64), expected, atol=tolerance * 2,
+                               rtol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_swiglu_matches_reference(cell_library, dtype):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((3, 5, 2 * 1536)) * 4).astype(dtype)
+    (out,) = run_node(cell_library, "SwiGlu", {"x": x}, ["out"])
+    gate, up = x[..., :1536].astype(np.float64), x[..., 1536:].astype(np.float64)
+    tolerance = 1e-6 if dtype == np.float32 else 1e-3
+    np.testing.assert_allclose(out.astype(np.float64), gate / (1 + np.exp(-gate)) * up,
+                               rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_a_wide_verify_is_the_same_alone_and_in_a_batch(cell_library, dtype):
+    """Sixteen-token verifies of six sequences in one step (tiles of several rows and heads per
+    block) against each sequence alone (fewer, smaller tiles): bit for bit, row by row."""
+    rng = np.random.default_rng(5)
+    batch = causal_step(rng, [40, 0, 200, 129, 7, 130], 16, 320, dtype)  # 506 of 512 cells
+    together = run_op(cell_library, batch, 1)
+    for s in range(6):
+        row = {n: batch[n][s:s + 1] if n not in ("k_pool", "v_pool") else batch[n]
+               for n in batch}
+        assert np.array_equal(run_op(cell_library, row, 1)[0], together[s]), s

@@ -5,6 +5,7 @@ the GPU (tests/gpu/test_cell_attention.py)."""
 
 import stat
 
+import numpy as np
 import onnx
 import pytest
 
@@ -31,35 +32,220 @@ def attrs(node):
 
 
 @pytest.mark.parametrize("method,by_position", [("target", 1), ("draft_block", 0)])
-def test_each_attention_over_cells_becomes_one_cell_attention(dflash_artifact, method,
-                                                              by_position):
+def test_each_attention_over_cells_becomes_one_rotary_cell_attention(dflash_artifact, method,
+                                                                     by_position):
+    """Qwen3: Slice(qkv) -> head norm -> RotaryEmbedding for q and k, and v's Slice, feed
+    Attention over Concat(Gather(pool, cell_table), new): one CellNormRotaryAttention reading
+    qkv, writing the new keys and values the graph returns; the rest of the graph unchanged but
+    for SwiGlu (below)."""
     model = load_graph(dflash_artifact, method)
     attentions = [n for n in model.graph.node if n.op_type == "Attention"]
     producers = {o: n for n in model.graph.node for o in n.output}
     rewritten = cell_attention_for_cuda(model)
-    ops = [n for n in rewritten.graph.node if n.domain == CELLSPEC_DOMAIN]
+    ops = [n for n in rewritten.graph.node if n.op_type.startswith("Cell")]
     assert [n.name for n in ops] == [n.name for n in attentions]
-    assert {n.op_type for n in ops} == {"CellAttentionFloat"}  # the tiny artifact is float32
+    assert {n.op_type for n in ops} == {"CellNormRotaryAttentionFloat"}  # a float32 Qwen3
+    replaced = set()
     for op, old in zip(ops, attentions):
         keys, values = (producers[name] for name in old.input[1:3])  # the Concats
         pools = [producers[c.input[0]].input[0] for c in (keys, values)]
-        assert list(op.input) == [old.input[0], keys.input[1], values.input[1], *pools,
-                                  "cell_table", old.input[3], "positions"]
-        assert op.output[0] == old.output[0]
+        k_rope, q_rope = producers[keys.input[1]], producers[old.input[0]]
+        v_slice = producers[values.input[1]]
+        norms = []
+        for rope in (q_rope, k_rope):
+            back = producers[rope.input[0]]  # Reshape back from [S, Q, heads, D]
+            norm = producers[back.input[0]]
+            split = producers[norm.input[0]]
+            norms.append(norm.input[1])
+            epsilon = attrs(norm)["epsilon"]
+            replaced |= {rope.name, back.name, norm.name, split.name,
+                         producers[split.input[0]].name}
+        replaced.add(v_slice.name)
+        assert list(op.input) == [v_slice.input[0], *q_rope.input[1:3], *pools, "cell_table",
+                                  old.input[3], "positions", *norms]
+        assert list(op.output[:3]) == [old.output[0], keys.input[1], values.input[1]]
         old_attrs = attrs(old)
         assert attrs(op) == {"num_heads": old_attrs["q_num_heads"],
                              "kv_num_heads": old_attrs["kv_num_heads"],
                              "scale": pytest.approx(old_attrs["scale"]),
-                             "by_position": by_position}
-    # the cell gathers and concats are gone, nothing else changed
-    assert not any(n.op_type == "Gather" and "cell_table" in n.input
-                   for n in rewritten.graph.node)
-    read = {i for n in attentions for i in n.input[1:3]}  # the Concats of cells and new
+                             "by_position": by_position, "epsilon": pytest.approx(epsilon)}
+    # the cell gathers and concats, the slices, norms and rotations are gone
+    read = {i for n in attentions for i in n.input[1:3]}
+    swiglu = [n for n in rewritten.graph.node if n.op_type == "SwiGluFloat"]
+    # each MLP's Slice x 2, Sigmoid, Mul x 2 -> SwiGlu(gate_up) named as the last Mul
+    assert [(n.name, list(n.input), list(n.output)) for n in swiglu] == [
+        (n.name, [producers[producers[n.input[1]].input[0]].output[0]], list(n.output))
+        for n in model.graph.node if n.op_type == "Mul" and n.name.endswith("/mlp/Mul")]
+    gone = {n.name for n in model.graph.node if n.output[0] in read or n.name in replaced
+            or (n.op_type == "Gather" and "cell_table" in n.input)}
+    mlp_parts = {n.name for n in model.graph.node if "/mlp/" in n.name
+                 and n.op_type in ("Slice", "Sigmoid", "Mul")}
     kept = [n.name for n in model.graph.node if n.op_type != "Attention"
-            and n.output[0] not in read and not (n.op_type == "Gather" and "cell_table" in n.input)]
+            and n.name not in gone | mlp_parts]
     assert [n.name for n in rewritten.graph.node if n.domain != CELLSPEC_DOMAIN] == kept
     assert rewritten.graph.output == model.graph.output
     assert (CELLSPEC_DOMAIN, 1) in {(o.domain, o.version) for o in rewritten.opset_import}
+
+
+def expand(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The rewritten `model` with each cellspec op replaced by standard ops that compute what
+    the op is defined to compute (cell_attention.cu's header): a CPU check of the rewrite's
+    wiring, independent of the CUDA kernels (tests/gpu/test_cell_attention.py checks those)."""
+    from onnx import helper, numpy_helper
+
+    nodes, consts = [], []
+
+    def const(values, name):
+        consts.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+        return name
+
+    for node in model.graph.node:
+        a, n = attrs(node), node.name
+        if node.op_type.startswith("SwiGlu"):
+            half = f"{n}/x_half"
+            nodes += [helper.make_node("Shape", [node.input[0]], [f"{n}/shape"], start=-1),
+                      helper.make_node("Div", [f"{n}/shape", const([2], f"{n}/two")], [half]),
+                      helper.make_node("Slice", [node.input[0], const([0], f"{n}/zero"), half,
+                                                 const([-1], f"{n}/axis")], [f"{n}/gate"]),
+                      helper.make_node("Slice", [node.input[0], half,
+                                                 const([1 << 40], f"{n}/end"),
+                                                 const([-1], f"{n}/axis2")], [f"{n}/up"]),
+                      helper.make_node("Sigmoid", [f"{n}/gate"], [f"{n}/sig"]),
+                      helper.make_node("Mul", [f"{n}/gate", f"{n}/sig"], [f"{n}/silu"]),
+                      helper.make_node("Mul", [f"{n}/silu", f"{n}/up"], [node.output[0]])]
+        elif "RotaryAttention" in node.op_type:
+            heads, kv_heads = a["num_heads"], a["kv_num_heads"]
+            d = round(a["scale"] ** -2)
+            qkv, cos, sin, k_pool, v_pool, table, mask, positions = node.input[:8]
+            edges = np.cumsum([0, heads * d, kv_heads * d, kv_heads * d])
+            parts = []
+            for k, (start, end) in enumerate(zip(edges[:-1], edges[1:])):
+                parts.append(f"{n}/part{k}")
+                nodes.append(helper.make_node(
+                    "Slice", [qkv, const([start], f"{n}/s{k}"), const([end], f"{n}/e{k}"),
+                              const([-1], f"{n}/a{k}")], [parts[-1]]))
+            if "Norm" in node.op_type:
+                for k, (count, weight) in enumerate(zip((heads, kv_heads), node.input[8:10])):
+                    nodes += [helper.make_node("Reshape", [parts[k], const([0, 0, count, d],
+                                                                           f"{n}/r{k}")],
+                                               [f"{n}/split{k}"]),
+                              helper.make_node("RMSNormalization", [f"{n}/split{k}", weight],
+                                               [f"{n}/normed{k}"], axis=-1,
+                                               epsilon=a["epsilon"], stash_type=1),
+                              helper.make_node("Reshape", [f"{n}/normed{k}",
+                                                           const([0, 0, count * d],
+                                                                 f"{n}/b{k}")],
+                                               [f"{n}/joined{k}"])]
+                    parts[k] = f"{n}/joined{k}"
+            q = f"{n}/q_rotated"
+            nodes += [helper.make_node("RotaryEmbedding", [parts[0], cos, sin, positions], [q],
+                                       num_heads=heads, interleaved=0),
+                      helper.make_node("RotaryEmbedding", [parts[1], cos, sin, positions],
+                                       [node.output[1]], num_heads=kv_heads, interleaved=0),
+                      helper.make_node("Identity", [parts[2]], [node.output[2]])]
+            kv = []
+            for which, pool, new in (("k", k_pool, node.output[1]), ("v", v_pool, node.output[2])):
+                nodes += [helper.make_node("Gather", [pool, table], [f"{n}/{which}_cells"]),
+                          helper.make_node("Concat", [f"{n}/{which}_cells", new],
+                                           [f"{n}/{which}_all"], axis=1)]
+                kv.append(f"{n}/{which}_all")
+            nodes.append(helper.make_node("Attention", [q, *kv, mask], [node.output[0]],
+                                          q_num_heads=heads, kv_num_heads=kv_heads,
+                                          scale=a["scale"],
+                                          softmax_precision=onnx.TensorProto.FLOAT))
+        else:
+            nodes.append(node)
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.graph.node[:]
+    result.graph.node.extend(nodes)
+    result.graph.initializer.extend(consts)
+    return result
+
+
+@pytest.fixture(scope="module")
+def llama_artifact(tmp_path_factory):
+    """A tiny random Llama (no head norms: CellRotaryAttention), float32."""
+    from cellspec.export import ExportConfig, export
+    from tests.conftest import make_tiny_model
+
+    root = tmp_path_factory.mktemp("llama")
+    make_tiny_model("llama_gqa").save_pretrained(root / "hf")
+    export(root / "hf", root / "artifact", ExportConfig(static_widths=(1, 4), dynamic_width=0,
+                                                       max_context=128, max_cells=512),
+           progress=False)
+    return root / "artifact"
+
+
+@pytest.mark.parametrize("which,op", [("dflash_artifact", "CellNormRotaryAttentionFloat"),
+                                      ("llama_artifact", "CellRotaryAttentionFloat")])
+def test_the_rewritten_graph_computes_what_the_exported_one_does(request, which, op):
+    """The target with its fused ops expanded back to their definitions gives the exported
+    graph's logits, keys and values (on the CPU): the rewrite feeds each op the right tensors."""
+    import onnxruntime as ort
+
+    path = graph_path(request.getfixturevalue(which), "target")
+    model = onnx.load(str(path))  # with its weights
+    rewritten = cell_attention_for_cuda(model)
+    assert {n.op_type for n in rewritten.graph.node if n.op_type.startswith("Cell")} == {op}
+    expanded = expand(rewritten)
+    assert not any(n.domain == CELLSPEC_DOMAIN for n in expanded.graph.node)
+    rng = np.random.default_rng(0)
+    feeds, types = {}, {"tokens": np.int64, "positions": np.int64, "cell_table": np.int64,
+                        "logits_rows": np.int64}
+    S, Q, N = 2, 3, 6
+    for value in model.graph.input:
+        name = value.name
+        if name.startswith(("k_pool", "v_pool")):
+            dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+            feeds[name] = rng.standard_normal(dims).astype(np.float32)
+        elif name == "tokens":
+            feeds[name] = rng.integers(0, 200, (S, Q))
+        elif name == "positions":
+            feeds[name] = np.array([[4, 5, 6], [2, 3, 0]])
+        elif name == "cell_table":
+            feeds[name] = rng.integers(1, 500, (S, N))
+        elif name.startswith("attn_mask"):
+            mask = np.zeros((S, 1, Q, N + Q), bool)
+            mask[0, 0, :, :4] = True
+            mask[1, 0, :2, :2] = True
+            mask[:, 0, :, N:] = np.tril(np.ones((Q, Q), bool))
+            mask[1, 0, 2, :] = False
+            mask[1, 0, 2, N + 2] = True  # a padding token sees itself
+            feeds[name] = mask
+        elif name == "logits_rows":
+            feeds[name] = np.array([0, 4])
+        else:
+            raise AssertionError(f"unexpected input {name}")
+    feeds = {k: v.astype(types.get(k, v.dtype)) for k, v in feeds.items()}
+    outputs = [o.name for o in model.graph.output]
+    want = ort.InferenceSession(model.SerializeToString()).run(outputs, feeds)
+    got = ort.InferenceSession(expanded.SerializeToString()).run(outputs, feeds)
+    for name, a, b in zip(outputs, want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_slice_read_elsewhere_keeps_its_rotation_and_the_plain_cell_op(dflash_artifact):
+    """When another node also reads what the fusion would remove (here v's Slice), the
+    attention becomes the plain CellAttention and the slices and rotations stay."""
+    model = load_graph(dflash_artifact, "target")
+    attention = next(n for n in model.graph.node if n.op_type == "Attention")
+    producers = {o: n for n in model.graph.node for o in n.output}
+    v_new = producers[attention.input[2]].input[1]
+    model.graph.output.append(onnx.helper.make_tensor_value_info(
+        producers[v_new].input[0] if producers[v_new].op_type != "Slice" else v_new,
+        onnx.TensorProto.FLOAT, None))
+    extra = onnx.helper.make_node("Identity", [v_new], ["v_again"], name="reader")
+    model.graph.node.append(extra)
+    model.graph.output.append(onnx.helper.make_tensor_value_info("v_again",
+                                                                  onnx.TensorProto.FLOAT, None))
+    rewritten = cell_attention_for_cuda(model)
+    op = next(n for n in rewritten.graph.node if n.name == attention.name)
+    assert op.op_type == "CellAttentionFloat"
+    assert producers[v_new].name in {n.name for n in rewritten.graph.node}
+    others = [n for n in rewritten.graph.node if n.op_type.startswith("Cell")
+              and n.name != attention.name]
+    assert others and all(n.op_type == "CellNormRotaryAttentionFloat" for n in others)
 
 
 def test_attention_not_over_cells_is_decomposed(dflash_artifact):
@@ -71,7 +257,7 @@ def test_attention_not_over_cells_is_decomposed(dflash_artifact):
     names = [n.name for n in rewritten.graph.node]
     assert attention.name not in names
     assert f"{attention.name}/scores/MatMul" in names  # decomposed into standard ops
-    assert sum(n.domain == CELLSPEC_DOMAIN for n in rewritten.graph.node) == \
+    assert sum(n.op_type.startswith("Cell") for n in rewritten.graph.node) == \
         sum(n.op_type == "Attention" for n in model.graph.node) - 1
 
 
