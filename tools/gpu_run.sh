@@ -186,8 +186,8 @@ case "${1:-}" in
         | tee "$OUT"/gpu_tests_ops.log | tail -15
     grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log \
         || exit 5
-    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
-        | tee "$OUT"/gpu_tests.log | tail -8
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu \
+        ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$OUT"/gpu_tests.log | tail -8
     for mode in ${MODES:-cell decomposed}; do
       CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py steps --shapes ${SHAPES:-A,B} \
           --batches 1,8,32 --out "$OUT"/$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -8
