@@ -30,6 +30,8 @@ that the new form makes dead) change.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -142,21 +144,21 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
                       by_position=by_position)
         rotary = _rotary_qkv(node.input[0], new_k, new_v, attrs, producers, initializers)
         if rotary is not None:  # only the attention and its cell Concats may read what goes
-            allowed = {*rotary[4], node.name, *(producers[n].name for n in node.input[1:3])}
-            outputs = {o for n in model.graph.node if n.name in rotary[4] for o in n.output}
+            allowed = {*rotary.replaced, node.name, *(producers[n].name for n in node.input[1:3])}
+            outputs = {o for n in model.graph.node if n.name in rotary.replaced for o in n.output}
             if any(readers.get(o, set()) - allowed for o in outputs):
                 rotary = None
         if rotary is None:
             e.node(op, [node.input[0], new_k, new_v, *cells], node.name,
                    outputs=[node.output[0], f"{node.name}/partials"], **common)
         else:
-            qkv, caches, norms, epsilon, replaced = rotary
-            kind = "CellNormRotaryAttention" if norms else "CellRotaryAttention"
-            e.node(kind + op[len("CellAttention"):], [qkv, *caches, *cells, *norms], node.name,
+            kind = "CellNormRotaryAttention" if rotary.norms else "CellRotaryAttention"
+            e.node(kind + op[len("CellAttention"):],
+                   [rotary.qkv, *rotary.caches, *cells, *rotary.norms], node.name,
                    outputs=[node.output[0], new_k, new_v, f"{node.name}/q",
                             f"{node.name}/partials"],
-                   **common, **({"epsilon": epsilon} if norms else {}))
-            e.replaced.update(replaced)
+                   **common, **({"epsilon": rotary.epsilon} if rotary.norms else {}))
+            e.replaced.update(rotary.replaced)
         used.append(node.name)
 
     result = _rewrite(model, rewrite)
@@ -183,8 +185,17 @@ def _slice_of(name: str, producers: dict, initializers: dict) -> tuple[str, int,
     return node.input[0], start[0], end[0]
 
 
-def _rotary_qkv(q: str, k: str, v: str, attrs: dict, producers: dict, initializers: dict):
-    """(qkv, (cos, sin), norms, epsilon, nodes replaced) when q and k are RotaryEmbedding (not
+class _RotaryQkv(NamedTuple):
+    qkv: str  # the projection q, k and v are sliced from
+    caches: tuple[str, str]  # cos, sin
+    norms: list[str]  # q_norm, k_norm weights, or none
+    epsilon: float | None
+    replaced: list[str]  # the Slices, norms and rotations the op takes over
+
+
+def _rotary_qkv(q: str, k: str, v: str, attrs: dict, producers: dict,
+                initializers: dict) -> _RotaryQkv | None:
+    """The fused form's parts (_RotaryQkv) when q and k are RotaryEmbedding (not
     interleaved, whole heads, at `positions`) of the first two thirds [H*D | KV*D | KV*D] of one
     projection qkv, each optionally through Reshape -> RMSNormalization over D -> Reshape (both
     or neither), and v its last Slice; else None."""
@@ -225,7 +236,7 @@ def _rotary_qkv(q: str, k: str, v: str, attrs: dict, producers: dict, initialize
     if cos_dims is None or list(cos_dims)[1:] != [head_dim // 2]:
         return None
     replaced += [producers[name].name for name in slices]
-    return found[0][0], caches, norms, (epsilons.pop() if norms else None), replaced
+    return _RotaryQkv(found[0][0], caches, norms, epsilons.pop() if norms else None, replaced)
 
 
 def _fuse_swiglu(model: onnx.ModelProto, op: str) -> None:
