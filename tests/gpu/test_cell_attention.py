@@ -13,29 +13,10 @@ TYPES = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
 
 
 def run_op(library, feeds: dict, by_position: int) -> np.ndarray:
-    import onnxruntime as ort
-
-    from cellspec.rewrite import CELL_OPS
-
-    dtype = feeds["q"].dtype.type
-    elem = TYPES[dtype]
+    """CellAttention on `feeds` (its eight inputs by name): its output."""
     names = ["q", "k_new", "v_new", "k_pool", "v_pool", "cell_table", "attn_mask", "positions"]
-    kinds = {"cell_table": TensorProto.INT64, "attn_mask": TensorProto.BOOL,
-             "positions": TensorProto.INT64}
-    inputs = [helper.make_tensor_value_info(n, kinds.get(n, elem), feeds[n].shape) for n in names]
-    node = helper.make_node(CELL_OPS[elem], names, ["out", "partials"], domain="cellspec",
-                            num_heads=H, kv_num_heads=KV, scale=D ** -0.5,
-                            by_position=by_position)
-    graph = helper.make_graph([node], "t", inputs,
-                              [helper.make_tensor_value_info("out", elem, None)])
-    model = helper.make_model(graph, ir_version=10,  # what ONNX Runtime 1.31 reads
-                              opset_imports=[helper.make_opsetid("", 23),
-                                             helper.make_opsetid("cellspec", 1)])
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(str(library))
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CUDAExecutionProvider"])
-    return session.run(["out"], feeds)[0]
+    return run_node(library, "CellAttention", {n: feeds[n] for n in names}, ["out", "partials"],
+                    num_heads=H, kv_num_heads=KV, scale=D ** -0.5, by_position=by_position)[0]
 
 
 def reference(feeds: dict) -> np.ndarray:
@@ -132,7 +113,7 @@ def run_node(library, op: str, feeds: dict, outputs: list[str], **attrs) -> list
     graph = helper.make_graph([node], "t", inputs,
                               [helper.make_tensor_value_info(n, elem, None) for n in outputs
                                if n not in ("q_rot", "partials")])
-    model = helper.make_model(graph, ir_version=10,
+    model = helper.make_model(graph, ir_version=10,  # what ONNX Runtime 1.31 reads
                               opset_imports=[helper.make_opsetid("", 23),
                                              helper.make_opsetid("cellspec", 1)])
     options = ort.SessionOptions()
