@@ -1,12 +1,15 @@
 // Times cellspec's attention kernels (cellspec/plugins/cell_attention.cu) alone, with CUDA
 // events, no ONNX Runtime session: chunk_kernel and combine_kernel per launch for the decode,
 // verify and prompt shapes of bench/NOTES.md (SmolLM2 and Qwen3-8B heads, 1024 cells), with the
-// launch's own tiling and with one row and one head per block. Needs a GPU, nvcc and ONNX
-// Runtime's C++ API headers (the .cu includes them):
+// launch's own tiling and with one row and one head per block. Each line also checks the
+// output against a float64 reference on the host (max abs error) and prints a hash of its bytes,
+// so two builds of the kernel can be compared bit for bit. Needs a GPU, nvcc and ONNX Runtime's
+// C++ API headers (the .cu includes them):
 //
 //   nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" tools/cell_attention_probe.cu \
 //       -o /tmp/probe && /tmp/probe
 #include "../cellspec/plugins/cell_attention.cu"
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -14,12 +17,24 @@
 template <typename T> T from_float_host(float x);
 template <> float from_float_host<float>(float x) { return x; }
 template <> __half from_float_host<__half>(float x) { return __float2half(x); }
+double to_double_host(float x) { return x; }
+double to_double_host(__half x) { return __half2float(x); }
+
+template <typename T>
+std::vector<T> random_values(size_t n) {
+  std::vector<T> v(n);
+  for (auto& x : v) x = from_float_host<T>(0.01f * (rand() % 100 - 50));
+  return v;
+}
 
 template <typename T>
 void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int reps) {
   const int cells = S * N + 64;
-  std::vector<T> host_pool((size_t)cells * KV * D);
-  for (auto& x : host_pool) x = from_float_host<T>(0.01f * (rand() % 100 - 50));
+  const std::vector<T> host_pool = random_values<T>((size_t)cells * KV * D);
+  const std::vector<T> host_vpool = random_values<T>(host_pool.size());
+  const std::vector<T> host_q = random_values<T>((size_t)S * Q * H * D);
+  const std::vector<T> host_k = random_values<T>((size_t)S * Q * KV * D);
+  const std::vector<T> host_v = random_values<T>(host_k.size());
   T *q, *k_new, *v_new, *k_pool, *v_pool, *out;
   int64_t *table, *positions;
   bool* mask;
@@ -30,13 +45,13 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   cudaMalloc(&k_pool, sizeof(T) * host_pool.size());
   cudaMalloc(&v_pool, sizeof(T) * host_pool.size());
   cudaMemcpy(k_pool, host_pool.data(), sizeof(T) * host_pool.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(v_pool, host_pool.data(), sizeof(T) * host_pool.size(), cudaMemcpyHostToDevice);
-  cudaMemset(q, 0, sizeof(T) * S * Q * H * D);
-  cudaMemset(k_new, 0, sizeof(T) * S * Q * KV * D);
-  cudaMemset(v_new, 0, sizeof(T) * S * Q * KV * D);
+  cudaMemcpy(v_pool, host_vpool.data(), sizeof(T) * host_pool.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(q, host_q.data(), sizeof(T) * host_q.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(k_new, host_k.data(), sizeof(T) * host_k.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(v_new, host_v.data(), sizeof(T) * host_v.size(), cudaMemcpyHostToDevice);
   std::vector<int64_t> t((size_t)S * N), pos((size_t)S * Q);
   std::vector<char> m((size_t)S * Q * (N + Q), 0);
-  const int length = N - Q - 2;
+  const int length = std::max(N - Q - 2, 0);  // cells before the new tokens
   for (int s = 0; s < S; ++s) {
     for (int j = 0; j < N; ++j) t[(size_t)s * N + j] = 1 + s * N + j;
     for (int i = 0; i < Q; ++i) {
@@ -68,16 +83,58 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   for (int r = 0; r < reps; ++r)
     chunk_kernel<T><<<blocks, kChunk>>>(q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
   cudaEventRecord(b);
-  for (int r = 0; r < reps; ++r)
+  for (int r = 0; r < reps && dm.chunks > 1; ++r)  // one chunk: chunk_kernel wrote the output
     combine_kernel<T><<<S * Q * H, D < 128 ? D : 128>>>(partials, dm, out);
   cudaEventRecord(c);
   cudaEventSynchronize(c);
   float chunk_ms, combine_ms;
   cudaEventElapsedTime(&chunk_ms, a, b);
   cudaEventElapsedTime(&combine_ms, b, c);
-  printf("S=%d Q=%d N=%d H=%d KV=%d D=%d heads/block=%d rows/block=%d blocks=%lld chunks=%lld: chunk %.2f us, combine %.2f us  (%s)\n",
+  std::vector<T> got((size_t)S * Q * H * D);
+  cudaMemcpy(got.data(), out, sizeof(T) * got.size(), cudaMemcpyDeviceToHost);
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a of the output's bytes
+  for (size_t i = 0; i < got.size() * sizeof(T); ++i)
+    hash = (hash ^ reinterpret_cast<const unsigned char*>(got.data())[i]) * 1099511628211ull;
+  double max_err = 0.0;  // against float64 attention over the cells and new tokens each row sees
+  std::vector<double> score(N + Q), acc(D);
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < Q; ++i)
+      for (int h = 0; h < H; ++h) {
+        const int kv = h / (H / KV);
+        const T* qr = &host_q[(((size_t)s * Q + i) * H + h) * D];
+        auto key = [&](int j) {  // cell slot j < N, else new token j - N
+          return j < N ? &host_pool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
+                       : &host_k[(((size_t)s * Q + j - N) * KV + kv) * D];
+        };
+        auto value = [&](int j) {
+          return j < N ? &host_vpool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
+                       : &host_v[(((size_t)s * Q + j - N) * KV + kv) * D];
+        };
+        double top = -1e300, total = 0.0;
+        for (int j = 0; j < N + Q; ++j) {
+          if (!m[((size_t)s * Q + i) * (N + Q) + j]) continue;
+          double dot = 0.0;
+          for (int d = 0; d < D; ++d) dot += to_double_host(qr[d]) * to_double_host(key(j)[d]);
+          score[j] = dot * dm.scale;
+          top = std::max(top, score[j]);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int j = 0; j < N + Q; ++j) {
+          if (!m[((size_t)s * Q + i) * (N + Q) + j]) continue;
+          const double e = std::exp(score[j] - top);
+          total += e;
+          for (int d = 0; d < D; ++d) acc[d] += e * to_double_host(value(j)[d]);
+        }
+        for (int d = 0; d < D; ++d) {
+          const double want = acc[d] / total;
+          const double have = to_double_host(got[(((size_t)s * Q + i) * H + h) * D + d]);
+          max_err = std::max(max_err, std::fabs(have - want));
+        }
+      }
+  printf("S=%d Q=%d N=%d H=%d KV=%d D=%d heads/block=%d rows/block=%d blocks=%lld chunks=%lld: chunk %.2f us, combine %.2f us, max err %.1e, hash %016llx  (%s)\n",
          S, Q, N, H, KV, D, dm.heads, dm.rows, (long long)blocks, (long long)dm.chunks,
-         1e3 * chunk_ms / reps, 1e3 * combine_ms / reps, cudaGetErrorString(cudaGetLastError()));
+         1e3 * chunk_ms / reps, 1e3 * combine_ms / reps, max_err, (unsigned long long)hash,
+         cudaGetErrorString(cudaGetLastError()));
   cudaFree(q); cudaFree(k_new); cudaFree(v_new); cudaFree(k_pool); cudaFree(v_pool); cudaFree(out);
   cudaFree(table); cudaFree(positions); cudaFree(mask); cudaFree(partials);
 }

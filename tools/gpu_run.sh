@@ -21,6 +21,10 @@
 #   bash tools/gpu_run.sh fused      # CellAttention v2 and the fused rotary / SwiGlu: op tests,
 #                                    # GPU tests, steps on A and B in both attention modes
 #   bash tools/gpu_run.sh fused-wide # DFlash cycles on A in both modes, the real SmolLM2
+#   bash tools/gpu_run.sh greedy-gen   # data whose answers turn greedy after a sampled prefix
+#   bash tools/gpu_run.sh greedy-train # the shipped draft continued on it, eval, export; then
+#                                      # the real SmolLM2 plain vs speculative with both drafts
+#   bash tools/gpu_run.sh greedy-more  # round 2: more greedy tails (early cuts), continued
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -210,8 +214,44 @@ case "${1:-}" in
         --draft "$SHIPPED" --n-draft 15,7 --out "$OUT"/real --work "$WORK" 2>&1 \
         | grep -v "plugin EP" | tail -7
     ;;
+  greedy-gen)  # 12 sampled answers per training prompt, each greedy after a cut in 0..127
+    python3 tools/train_dflash.py generate --out "$WORK/g" --samples 12 --greedy-after \
+        "${CUT:-128}" --gen-seed 2 --gen-batch 1024 --generate-seconds "${GEN_S:-450}" 2>&1 \
+        | grep -v "^\[generate\] [0-9]" | tail -8
+    cp "$WORK"/g/data.npz "$OUT"/greedy_data.npz && cp "$WORK"/g/log.json "$OUT"/greedy_gen_log.json
+    ;;
+  greedy-train)  # the shipped draft trained on greedy-gen's data (this sitting's, on the device)
+    [ -f "$WORK/g/data.npz" ] || exit 6
+    python3 tools/train_dflash.py all --out "$WORK/gt" --data "$WORK/g/data.npz" \
+        --generate-seconds 0 --init "$SHIPPED" --lr "${LR:-4e-4}" --steps 0 \
+        --plan-seconds "${TRAIN_S:-400}" --train-seconds "${TRAIN_S:-400}" --eval-batch 128 2>&1 \
+        | grep "step .*/\|tau\|train\]" | tail -30
+    cp "$WORK"/gt/log.json "$OUT"/greedy_train_log.json
+    mkdir -p "$OUT"/draft && cp "$WORK"/gt/draft/* "$OUT"/draft/
+    ;;
+  greedy-bench)  # the real SmolLM2 in float16, plain vs speculative, the new and shipped drafts
+    for draft in "$WORK"/gt/draft "$SHIPPED"; do
+      python3 tools/gpu_bench.py smollm2 --dtype float16 --draft "$draft" --n-draft 15,7 \
+          --out "$OUT/real-$(basename "$(dirname "$draft")")" --work "$WORK" 2>&1 \
+          | grep -v "plugin EP" | tail -7
+    done
+    ;;
+  greedy-more)  # round 2: greedy-gen's data (.gpu/gdata/greedy_data.npz, carried) extended with
+                # answers greedy after an early cut (0..31), then the shipped draft (round 1)
+                # continued on all of it, eval, export
+    python3 tools/train_dflash.py generate --out "$WORK/g2" --data .gpu/gdata/greedy_data.npz \
+        --samples 12 --greedy-after "${CUT:-32}" --gen-seed 3 --gen-batch 1024 \
+        --generate-seconds "${GEN_S:-150}" 2>&1 | grep -v "^\[generate\] [0-9]" | tail -4
+    cp "$WORK"/g2/log.json "$OUT"/greedy_gen2_log.json
+    python3 tools/train_dflash.py all --out "$WORK/gt2" --data "$WORK/g2/data.npz" \
+        --generate-seconds 0 --init "$SHIPPED" --lr "${LR:-3e-4}" --steps 0 \
+        --plan-seconds "${TRAIN_S:-250}" --train-seconds "${TRAIN_S:-250}" --eval-batch 128 2>&1 \
+        | grep "step .*/\|tau\|train\]" | tail -14
+    cp "$WORK"/gt2/log.json "$OUT"/greedy_train2_log.json
+    mkdir -p "$OUT"/draft2 && cp "$WORK"/gt2/draft/* "$OUT"/draft2/
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more" >&2
     exit 2
     ;;
 esac

@@ -20,6 +20,11 @@ for the default draft), draft/ (config.json + float16 model.safetensors, 10.8 MB
 (settings, progress events and results of every phase). Every phase prints progress (steps,
 loss, tau estimate, tokens/s, ETA) and stops cleanly at its time budget, keeping what it has.
 
+`generate --greedy-after N` makes each sampled answer greedy after a cut uniform in 0..N-1 and
+trains only on its greedy tail (the labels a proposal must match at temperature 0); the shipped
+draft came from the round-3 draft continued on such data twice (bench/NOTES.md, 2026-12-01,
+third sitting: `bash tools/gpu_run.sh greedy-gen`, `greedy-train`, `greedy-more`).
+
 Default draft (5.42M parameters): 2 layers, MLP 768, block 16, gamma 7, taps 1,14,27 (z-lab's
 spacing), mask token 16 (<empty_output>: an untrained special token), AdamW lr 6e-4, 100 warmup
 steps, cosine to 6e-5, 32 sequences x 64 anchors a step. Eval reports tau for n_draft 15, 7, 3.

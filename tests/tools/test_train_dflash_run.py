@@ -282,3 +282,47 @@ def test_distill_loss_is_the_kl_to_the_full_targets_next_token_distribution(gene
     assert metrics["kl"] > 0 and 1.0 <= metrics["tau_target"] <= bsz
     with pytest.raises(ValueError, match="distill"):
         TrainConfig(distill=1.5)
+
+
+def test_greedy_after_answers_are_sampled_up_to_the_cut_then_greedy(tiny_target, tmp_path):
+    from tools.dflash_train.generate import Job, anchor_offset, decode_batch
+    from tools.dflash_train.target import build_target, chat_tokenizer, load_target_checkpoint
+
+    run(["generate", "--target", str(tiny_target), "--out", str(tmp_path), *COMMON, "--limit",
+         "12", "--samples", "1", "--max-new-tokens", "10", "--gen-batch", "8",
+         "--greedy-after", "6", "--gen-seed", "3"])
+    data = data_io.load(tmp_path / "data.npz")
+    assert data.meta["greedy_after"] == 6
+    ckpt = load_target_checkpoint(tiny_target)
+    target, eos = build_target(ckpt, "cpu"), tuple(chat_tokenizer(ckpt).eos_token_ids)
+    turned = 0
+    for i in np.flatnonzero(data.sample_ids == 1):
+        prompt_len = int(data.prompt_lens[i])
+        prompt, answer = data.sequence(i)[:prompt_len].tolist(), data.sequence(i)[prompt_len:]
+        job = Job(int(data.prompt_ids[i]), 1, tuple(prompt))
+        cut = job.cut(3, 6)
+        assert 0 <= cut < 6
+        assert data.anchor_starts[i] == prompt_len + anchor_offset(cut, len(answer))
+        (sampled, _), = decode_batch(target, [prompt], 10, eos, 0.7, [job.seed(3)])
+        assert answer[:cut].tolist() == sampled[:cut]  # the sampled prefix, as drawn alone
+        if cut >= len(answer):
+            assert data.anchor_starts[i] == len(data.sequence(i))  # no greedy tail: no anchor
+            continue
+        # the tail is the greedy continuation of the prompt and the sampled prefix
+        (greedy, _), = decode_batch(target, [prompt + answer[:cut].tolist()], 10 - cut, eos,
+                                    0.0, [0])
+        assert answer[cut:].tolist() == greedy
+        turned += answer[cut:].tolist() != sampled[cut:]
+    assert turned > 0  # some tails differ from the sampled answer: the cut was applied
+    greedy_rows = np.flatnonzero(data.sample_ids == 0)
+    assert (data.anchor_starts[greedy_rows] == data.prompt_lens[greedy_rows]).all()
+
+
+def test_data_files_without_anchor_starts_anchor_at_the_prompts_end(generated, tmp_path):
+    with np.load(generated / "data.npz") as f:
+        arrays = {name: f[name] for name in f.files if name != "anchor_starts"}
+    np.savez_compressed(tmp_path / "old.npz", **arrays)
+    data = data_io.load(tmp_path / "old.npz")
+    assert data.anchor_starts.dtype == np.int32
+    assert data.anchor_starts.tolist() == data.prompt_lens.tolist()
+    assert len(data.anchor_starts) == len(data) > 0

@@ -16,14 +16,15 @@ import numpy as np
 import torch
 
 
-def sample_anchors(rng: np.random.Generator, prompt_lens: np.ndarray, lengths: np.ndarray,
+def sample_anchors(rng: np.random.Generator, starts: np.ndarray, lengths: np.ndarray,
                    count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Up to `count` distinct anchors per sequence, uniform over P..L-2, ascending ->
-    (anchors [N, count] int64, is_valid [N, count] bool). Unused slots repeat P and are
-    invalid (their rows are computed, then weighted 0)."""
-    anchors = np.repeat(np.asarray(prompt_lens, np.int64)[:, None], count, axis=1)
+    """Up to `count` distinct anchors per sequence, uniform over P..L-2 (P its anchor start:
+    the prompt's end, or a greedy tail's cut), ascending -> (anchors [N, count] int64, is_valid
+    [N, count] bool). Unused slots repeat P and are invalid (their rows are computed, then
+    weighted 0)."""
+    anchors = np.repeat(np.asarray(starts, np.int64)[:, None], count, axis=1)
     is_valid = np.zeros((len(lengths), count), dtype=bool)
-    for row, (start, length) in enumerate(zip(prompt_lens, lengths)):
+    for row, (start, length) in enumerate(zip(starts, lengths)):
         choices = int(length) - 1 - int(start)  # anchors start..length-2
         assert choices > 0, f"sequence {row}: no anchor (prompt {start}, length {length})"
         chosen = np.sort(rng.choice(choices, size=min(count, choices), replace=False))

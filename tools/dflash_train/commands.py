@@ -67,7 +67,8 @@ def cmd_generate(args: argparse.Namespace, ckpt=None) -> data_io.Sequences:
     data = run_generate(target, tokenizer, prompts, ids, out, log, num_samples=args.samples,
                         temperature=args.temperature, seed=args.seed_gen,
                         max_new_tokens=args.max_new_tokens, batch=args.gen_batch,
-                        max_seconds=args.generate_seconds, existing=existing)
+                        max_seconds=args.generate_seconds, greedy_after=args.greedy_after,
+                        existing=existing)
     data.meta["prompt_fingerprint"] = prompt_set.fingerprint(prompts)
     data_io.save(data, out)
     return data

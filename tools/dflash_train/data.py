@@ -8,6 +8,10 @@ Layout (np.savez_compressed), n sequences, T tokens in all:
   sample_ids    [n] int16    0 = greedy, k >= 1 = the k-th sample at `temperature`
   category_ids  [n] uint8    index into `categories`
   is_finished   [n] bool     the response ends with an eos token (else max_new_tokens cut it)
+  anchor_starts [n] int32    training anchors lie at or after this position: the prompt's end,
+                             or, for an answer sampled up to a cut and greedy after it
+                             (`generate --greedy-after`), the cut (absent in older files:
+                             prompt_lens)
   meta          0-d str      JSON: categories, prompt set fingerprint, temperature, seed, ...
 uint16 holds SmolLM2's 49152 ids; ~2 bytes a token before compression (4M tokens < 8 MB).
 """
@@ -34,6 +38,7 @@ class Sequences:
     sample_ids: np.ndarray
     category_ids: np.ndarray
     is_finished: np.ndarray
+    anchor_starts: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -64,13 +69,14 @@ class Sequences:
 def empty(meta: dict[str, Any]) -> Sequences:
     return Sequences(np.zeros(0, np.uint16), np.zeros(1, np.int64), np.zeros(0, np.int32),
                      np.zeros(0, np.int32), np.zeros(0, np.int16), np.zeros(0, np.uint8),
-                     np.zeros(0, bool), meta)
+                     np.zeros(0, bool), np.zeros(0, np.int32), meta)
 
 
 def append(data: Sequences, sequences: list[np.ndarray], prompt_lens: list[int],
            prompt_ids: list[int], sample_ids: list[int], category_ids: list[int],
-           is_finished: list[bool]) -> Sequences:
-    """A new Sequences with these sequences after the ones held."""
+           is_finished: list[bool], anchor_starts: list[int] | None = None) -> Sequences:
+    """A new Sequences with these sequences after the ones held (anchors from the prompt's end
+    unless `anchor_starts` says otherwise)."""
     if not sequences:
         return data
     flat = np.concatenate(sequences)
@@ -83,7 +89,9 @@ def append(data: Sequences, sequences: list[np.ndarray], prompt_lens: list[int],
         np.concatenate([data.prompt_ids, np.asarray(prompt_ids, np.int32)]),
         np.concatenate([data.sample_ids, np.asarray(sample_ids, np.int16)]),
         np.concatenate([data.category_ids, np.asarray(category_ids, np.uint8)]),
-        np.concatenate([data.is_finished, np.asarray(is_finished, bool)]), dict(data.meta))
+        np.concatenate([data.is_finished, np.asarray(is_finished, bool)]),
+        np.concatenate([data.anchor_starts, np.asarray(
+            prompt_lens if anchor_starts is None else anchor_starts, np.int32)]), dict(data.meta))
 
 
 def save(data: Sequences, path: Path) -> int:
@@ -92,7 +100,8 @@ def save(data: Sequences, path: Path) -> int:
     np.savez_compressed(tmp, tokens=data.tokens, offsets=data.offsets,
                         prompt_lens=data.prompt_lens, prompt_ids=data.prompt_ids,
                         sample_ids=data.sample_ids, category_ids=data.category_ids,
-                        is_finished=data.is_finished, meta=np.array(json.dumps(data.meta)))
+                        is_finished=data.is_finished, anchor_starts=data.anchor_starts,
+                        meta=np.array(json.dumps(data.meta)))
     tmp.replace(path)
     return path.stat().st_size
 
@@ -101,4 +110,5 @@ def load(path: Path) -> Sequences:
     with np.load(path) as f:
         arrays = {name: f[name] for name in f.files}
     meta = json.loads(str(arrays.pop("meta")))
+    arrays.setdefault("anchor_starts", arrays["prompt_lens"].astype(np.int32))
     return Sequences(**arrays, meta=meta)

@@ -103,17 +103,17 @@ class TrainState:
 
 
 def usable(data: Sequences) -> np.ndarray:
-    """Indices of sequences with at least one anchor (an answer of >= 2 tokens)."""
-    return np.flatnonzero(data.lengths - data.prompt_lens >= 2)
+    """Indices of sequences with at least one anchor (>= 2 tokens from the anchor start on)."""
+    return np.flatnonzero(data.lengths - data.anchor_starts >= 2)
 
 
 def collate(data: Sequences, indices: np.ndarray, device) -> tuple[torch.Tensor, ...]:
-    """ids [N, S] right-padded with 0, lengths [N], prompt_lens [N] (numpy and torch)."""
+    """ids [N, S] right-padded with 0, lengths [N], anchor starts [N] (numpy and torch)."""
     lengths = data.lengths[indices]
     ids = np.zeros((len(indices), int(lengths.max())), dtype=np.int64)
     for row, i in enumerate(indices):
         ids[row, : lengths[row]] = data.sequence(int(i))
-    return torch.from_numpy(ids).to(device), lengths, data.prompt_lens[indices]
+    return torch.from_numpy(ids).to(device), lengths, data.anchor_starts[indices]
 
 
 class Trainer:
@@ -140,8 +140,8 @@ class Trainer:
 
     def step(self, data: Sequences, indices: np.ndarray, state: TrainState) -> dict:
         """One optimizer step on the sequences `indices`; returns its metrics."""
-        ids, lengths, prompt_lens = collate(data, indices, self.device)
-        anchors, is_valid = blocks.sample_anchors(state.rng, prompt_lens, lengths,
+        ids, lengths, starts = collate(data, indices, self.device)
+        anchors, is_valid = blocks.sample_anchors(state.rng, starts, lengths,
                                                   self.cfg.anchors)
         with self.autocast():
             taps, final = target_taps_and_final(self.target, ids, self.draft.cfg.tap_layer_ids)
