@@ -168,6 +168,7 @@ class DraftMethod:
     mask_token_id: int
     max_owners: int
     num_layers: int
+    proposal_vocab_size: int = 0  # > 0: draft_block's logits cover that many proposable ids
 
     def __post_init__(self) -> None:
         check_file(self.context_graph, "draft.context_graph")
@@ -177,6 +178,7 @@ class DraftMethod:
         check_int(self.mask_token_id, "draft.mask_token_id", 0)
         check_int(self.max_owners, "draft.max_owners", 1)
         check_int(self.num_layers, "draft.num_layers", 1)
+        check_int(self.proposal_vocab_size, "draft.proposal_vocab_size", 0)
 
 
 @dataclass(frozen=True)
@@ -262,6 +264,8 @@ class Manifest:
         vocab = self.model.vocab_size
         check(draft.mask_token_id < vocab, "draft.mask_token_id",
               f"{draft.mask_token_id}, expected a token id in 0..{vocab - 1}")
+        check(draft.proposal_vocab_size <= vocab, "draft.proposal_vocab_size",
+              f"{draft.proposal_vocab_size}, the vocabulary has {vocab} tokens")
         check(draft.tap_layer_ids == self.target.tap_layer_ids, "draft.tap_layer_ids",
               f"{list(draft.tap_layer_ids)}, the target returns the taps of layers "
               f"{list(self.target.tap_layer_ids)}")

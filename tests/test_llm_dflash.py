@@ -124,3 +124,43 @@ def test_cpu_speculates_three_proposals_by_default(tmp_path_factory):
     expected = plain.generate([PROMPTS[0]], params)[0].token_ids
     assert default.generate([PROMPTS[0]], params)[0].token_ids == expected
     assert wide.generate([PROMPTS[0]], params)[0].token_ids == expected
+
+
+def test_a_draft_with_a_proposal_vocab_changes_no_token(tmp_path_factory):
+    """A draft proposing from a third of the vocabulary only (proposal_vocab.json): its
+    artifact's draft_block logits are that wide, and speculation still equals plain decoding."""
+    from cellspec.artifact import Manifest
+    from cellspec.export import ExportConfig, export
+
+    root = tmp_path_factory.mktemp("chat-dflash-vocab")
+    checkpoint = save_checkpoint(root / "checkpoint")
+    vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
+    draft = write_random_draft(root / "draft", hidden=64, vocab=vocab, num_target_layers=2,
+                               taps=[1, 0], block_size=4, mask_token_id=vocab - 1)
+    ids = sorted(np.random.default_rng(3).choice(vocab, size=vocab // 3, replace=False).tolist())
+    (draft / "proposal_vocab.json").write_text(json.dumps({"token_ids": ids}))
+    out = root / "artifact"
+    export(checkpoint, out, ExportConfig(max_context=256, max_cells=1024), progress=False,
+           draft=draft)
+    assert Manifest.load(out).draft.proposal_vocab_size == len(ids)
+    for params in (SamplingParams(max_tokens=20, ignore_eos=True),
+                   SamplingParams(temperature=0.8, top_p=0.9, max_tokens=20, seed=5)):
+        spec = LLM(out, max_sessions=3).generate(PROMPTS, params)
+        plain = LLM(out, max_sessions=3, speculation=False).generate(PROMPTS, params)
+        assert [o.token_ids for o in spec] == [o.token_ids for o in plain]
+
+
+def test_a_manifest_whose_proposal_vocab_disagrees_with_the_draft_graph_is_refused(
+        chat_dflash_artifact, tmp_path):
+    import shutil
+
+    from cellspec.errors import InvalidArtifact
+
+    copy = tmp_path / "artifact"
+    shutil.copytree(chat_dflash_artifact, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["draft"]["proposal_vocab_size"] = 7  # the graph's head covers the whole vocabulary
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InvalidArtifact, match="logits over .* draft.proposal_vocab_size says 7"):
+        LLM(copy)
+    assert LLM(chat_dflash_artifact).executor.draft is not None  # the original still loads

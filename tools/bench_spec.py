@@ -4,8 +4,15 @@ Prints tokens/s for each, tau (tokens committed per cycle), proposals accepted p
 cost of one cycle (drain + draft + verify + commit) over the cost of one plain decode step.
 
     python tools/bench_spec.py --artifact DIR [--batches 1,6] [--tokens 48] [--n-draft 15,7,3]
-        [--max-spec-batch N]
+        [--max-spec-batch N] [--prompts N] [--repeats R]
     python tools/bench_spec.py --random-draft   # SmolLM2 + a random draft: tau ~ 1, pure overhead
+
+By default one story prompt is decoded --tokens past its eos. `--prompts N` answers the first N
+held-out prompts of tools/train_dflash.py's prompt set instead (categories interleaved; each
+answer to its eos or --tokens), the prompts a draft's held-out tau is measured on. `--repeats R`
+alternates the plain and speculative runs R times: tok/s are the medians, and the speedup column
+gives the median of the R paired ratios with their range (a 2-core machine varies by 10-30%
+between runs of the same configuration).
 """
 
 from __future__ import annotations
@@ -30,13 +37,31 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--n-draft", default="",
                         help="proposals per cycle to compare, e.g. 15,7,3 (default: the "
                         "draft's block size less one)")
+    parser.add_argument("--prompts", type=int, default=0,
+                        help="N > 0: the first N held-out prompts of the draft training set")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="alternate plain and speculative runs this many times")
     parser.add_argument("--max-spec-batch", type=int,
                         help="the most sessions speculating in one step (default: LLM's, 4 on "
                         "ort-cpu)")
     args = parser.parse_args()
     if (args.artifact is None) == (not args.random_draft):
         parser.error("pass exactly one of --artifact and --random-draft")
+    if args.prompts < 0 or args.repeats < 1 or args.tokens < 1:
+        parser.error("--prompts must be >= 0, --repeats and --tokens >= 1")
     return args
+
+
+def held_out_prompts(count: int) -> list[str]:
+    """The first `count` held-out prompts of tools/train_dflash.py's prompt set, categories
+    interleaved (the draft never trained on them)."""
+    sys.path.insert(0, str(ROOT))
+    from tools.dflash_train.prompts import interleaved, make_prompts, split
+
+    held_out = interleaved(split(make_prompts())[1])
+    if count > len(held_out):
+        raise SystemExit(f"--prompts {count}: the prompt set holds {len(held_out)} held out")
+    return [p.text for p in held_out[:count]]
 
 
 def random_draft_artifact() -> Path:
@@ -55,13 +80,16 @@ def random_draft_artifact() -> Path:
     return out
 
 
-def run(llm, batch: int, tokens: int) -> tuple[float, int, list]:
+def run(llm, prompts: list[str], tokens: int, warm: bool) -> tuple[float, int, list]:
+    """Seconds, tokens generated and the outputs of one generate over `prompts` (greedy; past
+    eos for the one story prompt, to eos for held-out prompts)."""
     from cellspec.llm import SamplingParams
 
-    params = SamplingParams(max_tokens=tokens, ignore_eos=True, seed=0)
-    llm.generate([PROMPT] * batch, SamplingParams(max_tokens=2))  # warm-up
+    params = SamplingParams(max_tokens=tokens, ignore_eos=prompts[0] == PROMPT, seed=0)
+    if not warm:
+        llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up
     start = time.perf_counter()
-    outputs = llm.generate([PROMPT] * batch, params)
+    outputs = llm.generate(prompts, params)
     return time.perf_counter() - start, sum(len(o.token_ids) for o in outputs), outputs
 
 
@@ -70,31 +98,48 @@ def main() -> None:
 
     args = parse_args()
     folder = args.artifact or random_draft_artifact()
-    print(f"{folder}: {args.tokens} tokens per request, {args.threads} threads, "
-          f"max_spec_batch {args.max_spec_batch or 'as LLM sets it'}")
+    texts = held_out_prompts(args.prompts) if args.prompts else None
+    what = (f"{args.prompts} held-out prompts, at most {args.tokens} tokens each" if texts else
+            f"{args.tokens} tokens per request")
+    print(f"{folder}: {what}, {args.threads} threads, max_spec_batch "
+          f"{args.max_spec_batch or 'as LLM sets it'}, {args.repeats} run(s) of each")
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
     print(f"{'batch':>5} {'n_draft':>7} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} "
-          f"{'tau':>5} "
+          f"{'range':>11} {'tau':>5} "
           f"{'acc/cycle':>9} {'cycle/step':>10} {'same text':>9}")
     for batch in [int(b) for b in args.batches.split(",")]:
+        prompts = texts or [PROMPT] * batch
         plain = LLM(folder, max_sessions=batch, threads=args.threads, speculation=False)
-        seconds, count, expected = run(plain, batch, args.tokens)
-        # the decode step: the method the plain run called most
+        specs = [LLM(folder, max_sessions=batch, threads=args.threads, speculation=True,
+                     n_draft=n_draft, max_spec_batch=args.max_spec_batch)
+                 for n_draft in n_drafts]
+        plain_rates, spec_rates, same = [], [[] for _ in specs], [True] * len(specs)
+        for repeat in range(args.repeats):  # plain, then each speculative LLM, in turn
+            seconds, count, expected = run(plain, prompts, args.tokens, repeat > 0)
+            plain_rates.append(count / seconds)
+            for i, spec in enumerate(specs):
+                spec_seconds, spec_count, outputs = run(spec, prompts, args.tokens, repeat > 0)
+                spec_rates[i].append(spec_count / spec_seconds)
+                same[i] &= [o.token_ids for o in outputs] == [o.token_ids for o in expected]
+        # the decode step: the method the plain runs called most
         decode = max(plain.executor.target.stats.values(), key=lambda s: s.calls)
         step_seconds = decode.seconds / decode.calls
-        for n_draft in n_drafts:
-            spec = LLM(folder, max_sessions=batch, threads=args.threads, speculation=True,
-                       n_draft=n_draft, max_spec_batch=args.max_spec_batch)
-            spec_seconds, spec_count, outputs = run(spec, batch, args.tokens)
+        for i, spec in enumerate(specs):
             stats = spec.executor.stats
             cycle = stats.seconds.get("round", 0.0) / max(stats.rounds, 1)  # a cycle per owner
-            same = [o.token_ids for o in outputs] == [o.token_ids for o in expected]
-            print(f"{batch:>5} {spec.executor.n_draft:>7} {count / seconds:>12.1f} "
-                  f"{spec_count / spec_seconds:>11.1f} "
-                  f"{seconds / spec_seconds * spec_count / count:>8.2f} {stats.tau:>5.2f} "
+            ratios = [s / p for s, p in zip(spec_rates[i], plain_rates)]
+            print(f"{batch:>5} {spec.executor.n_draft:>7} {median(plain_rates):>12.1f} "
+                  f"{median(spec_rates[i]):>11.1f} {median(ratios):>8.2f} "
+                  f"{f'{min(ratios):.2f}-{max(ratios):.2f}':>11} {stats.tau:>5.2f} "
                   f"{stats.accepted / max(stats.cycles, 1):>9.2f} {cycle / step_seconds:>10.2f} "
-                  f"{str(same):>9}")
+                  f"{str(same[i]):>9}")
             print_breakdown(spec, step_seconds)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def print_breakdown(spec, step_seconds: float) -> None:

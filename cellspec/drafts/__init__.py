@@ -2,7 +2,9 @@
 SmolLM2-135M-Instruct, trained by self-distillation with tools/train_dflash.py (the recipe, data
 and measurements are in bench/NOTES.md). `LLM(speculation=True)` and `cellspec generate
 --speculation` on the bundled model export it with a float32 target and speculate with it; plain
-decoding (the default) uses an int4 export without it."""
+decoding (the default) uses an int4 export without it. Its proposal_vocab.json (the 16,384 tokens
+most frequent in its training answers) narrows the draft's LM head to those rows; the verify
+keeps the text exact whatever it proposes."""
 
 from __future__ import annotations
 

@@ -11,9 +11,11 @@ draft_block
        k_pool.{i} / v_pool.{i} [max_cells, KV * D] of the draft pool, read only.
        proposal_rows [P] (the block positions read out, the same for every owner: 1..n_draft).
   out: logits [O * P, V] float32 and proposals [O * P] int64 (the argmax of each row read out,
-       the lowest id among ties; owner-major). The whole block is computed (its rows attend to
-       each other), but the final norm and LM head run on the P rows only. Block keys/values
-       are never committed.
+       the lowest id among ties; owner-major). With a proposal vocabulary of K ids (the draft's
+       proposal_vocab.json, manifest draft.proposal_vocab_size K), logits are [O * P, K], over
+       those ids in ascending order, and a proposal is the id of their argmax. The whole block
+       is computed (its rows attend to each other), but the final norm and LM head run on the
+       P rows only. Block keys/values are never committed.
 
 The math is z-lab's DFlashDraftModel (tests/reference/dflash_ref.py cites it line by line):
 context keys/values come from `hidden_norm(fc(taps))` without the layer's input_layernorm; the
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from cellspec import artifact as names
@@ -36,6 +39,7 @@ from cellspec.export.arch import Hparams, rope_inv_freq
 from cellspec.export.draft_checkpoint import DraftCheckpoint, load_draft
 from cellspec.export.graph import (
     GraphBuilder,
+    QuantLinear,
     make_embedding,
     make_head_norm,
     make_linear,
@@ -58,6 +62,8 @@ from cellspec.export.target import Embeddings
 from cellspec.export.weights import WeightStore
 
 CONTEXT_GRAPH = "draft_context.onnx"
+PROPOSAL_HEAD = "draft.proposal_head"  # [K, H]: the target head's rows of the proposable ids
+PROPOSAL_IDS = "draft.proposal_ids"  # [K] int64: those ids, ascending
 BLOCK_GRAPH = "draft_block.onnx"
 WEIGHT_PREFIX = "draft."
 DEFAULT_MAX_OWNERS = 4
@@ -139,14 +145,33 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
     normed, _ = make_skip_rms_norm(g, x, residual, w.plain("norm.weight", (hp.hidden_size,)),
                                    hp.rms_eps, "/norm")
     flat = g.node("Reshape", [normed, g.const([-1, hp.hidden_size])], name="/rows/Flat")
-    logits = make_lm_head(g, flat, borrow(g, store, embeddings.head))
-    g.output(logits, names.LOGITS, "float32", ["O * P", target.vocab_size])
+    vocab = proposal_vocab(draft, embeddings)
+    if vocab is None:
+        logits = make_lm_head(g, flat, borrow(g, store, embeddings.head))
+    else:  # the head's rows of the proposable ids only, stored once as their own initializer
+        head = store.read(embeddings.head)
+        rows = g.weight(store.add(PROPOSAL_HEAD, np.ascontiguousarray(head[list(vocab)])))
+        logits = make_lm_head(g, flat, rows, name="/proposal_head")
+    g.output(logits, names.LOGITS, "float32",
+             ["O * P", target.vocab_size if vocab is None else len(vocab)])
     # flat, owner-major: a Reshape to [O, P] would need P as a shape tensor (Shape -> Concat),
     # which ONNX Runtime places on the CPU provider
     best = g.node("ArgMax", [logits], name="/proposals/ArgMax", axis=1, keepdims=0,
-                  select_last_index=0, outputs=[names.PROPOSALS])
+                  select_last_index=0, outputs=None if vocab else [names.PROPOSALS])
+    if vocab is not None:  # ascending ids: the lowest index among ties is the lowest id
+        best = g.node("Gather", [g.const(list(vocab), name=PROPOSAL_IDS), best],
+                      name="/proposals/Ids", axis=0, outputs=[names.PROPOSALS])
     g.output(best, names.PROPOSALS, "int64", ["O * P"])
     return g.make_model()
+
+
+def proposal_vocab(draft: DraftCheckpoint, embeddings: Embeddings) -> tuple[int, ...] | None:
+    """The ids the draft_block graph proposes from, None for all of them: a draft's
+    proposal_vocab.json applies where the target's LM head is a dense matrix (a block-quantized
+    head keeps the whole vocabulary)."""
+    if draft.proposal_vocab is None or isinstance(embeddings.head, QuantLinear):
+        return None
+    return draft.proposal_vocab
 
 
 def export_draft(draft: str | Path | DraftCheckpoint, target: Hparams, embeddings: Embeddings,
@@ -168,10 +193,12 @@ def export_draft(draft: str | Path | DraftCheckpoint, target: Hparams, embedding
     context = make_draft_context_graph(draft, store, positions, dtype)
     onnx.save(context, str(out_dir / CONTEXT_GRAPH))
     onnx.save(block, str(out_dir / BLOCK_GRAPH))
+    vocab = proposal_vocab(draft, embeddings)
     method = DraftMethod(context_graph=CONTEXT_GRAPH, block_graph=BLOCK_GRAPH,
                          block_size=spec.block_size, tap_layer_ids=spec.tap_layer_ids,
                          mask_token_id=spec.mask_token_id, max_owners=max_owners,
-                         num_layers=spec.hp.num_layers)
+                         num_layers=spec.hp.num_layers,
+                         proposal_vocab_size=0 if vocab is None else len(vocab))
     geometry = tuple(LayerCache(spec.hp.num_kv_heads, spec.hp.head_dim, 0)
                      for _ in range(spec.hp.num_layers))
     return method, geometry

@@ -6,10 +6,17 @@ The folder holds config.json (Qwen3 hyper-parameters plus `block_size`, `num_tar
 as z-lab's `_draft_value` reads them) and safetensors named `layers.{i}.self_attn.q_proj.weight`,
 ..., `fc.weight`, `hidden_norm.weight`, `norm.weight`, optionally under a `model.` prefix. The
 draft has no embedding or LM head: it uses the target's.
+
+cellspec's one addition to the folder, optional: `proposal_vocab.json`, {"token_ids": [...]}
+(ascending, distinct, within the target's vocabulary), the only tokens the draft proposes. The
+draft's LM head then multiplies only those rows of the target's head (the shipped SmolLM2 draft:
+the 16,384 tokens most frequent in its training answers, 99.6% of them). Proposals are only
+proposals: the verify keeps the text exact whatever the draft may propose.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +29,7 @@ from cellspec.export.arch import Hparams, read_hparams
 from cellspec.export.checkpoint import load_checkpoint
 
 ARCHITECTURE = "DFlashDraftModel"
+PROPOSAL_VOCAB_NAME = "proposal_vocab.json"
 DEFAULT_BLOCK_SIZE = 16  # z-lab: `_draft_value(config, "block_size", 16)`
 # z-lab options that change the math; only their neutral values are exported.
 NEUTRAL_OPTIONS = {"input_embedding_scale": 1.0, "output_multiplier": 1.0,
@@ -45,6 +53,7 @@ class DraftCheckpoint:
     spec: DraftSpec
     tensors: Mapping[str, np.ndarray]  # by z-lab name, the `model.` prefix removed
     name: str = ""
+    proposal_vocab: tuple[int, ...] | None = None  # the ids it may propose; None: all
 
 
 def load_draft(path: str | Path, target: Hparams) -> DraftCheckpoint:
@@ -57,7 +66,30 @@ def load_draft(path: str | Path, target: Hparams) -> DraftCheckpoint:
     if missing:
         raise InvalidCheckpoint(f"draft {path}: tensor {missing[0]} is missing "
                                 f"({len(missing)} missing in all)")
-    return DraftCheckpoint(spec, tensors, ckpt.name)
+    vocab = read_proposal_vocab(Path(path), target.vocab_size)
+    return DraftCheckpoint(spec, tensors, ckpt.name, vocab)
+
+
+def read_proposal_vocab(folder: Path, vocab_size: int) -> tuple[int, ...] | None:
+    """The token ids of `folder/proposal_vocab.json`, checked; None when the file is absent."""
+    file = folder / PROPOSAL_VOCAB_NAME
+    if not file.is_file():
+        return None
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InvalidCheckpoint(f"{file}: not readable JSON ({e})") from None
+    ids = data.get("token_ids") if isinstance(data, dict) else None
+    if not isinstance(ids, list) or not ids or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise InvalidCheckpoint(f"{file}: expected {{\"token_ids\": [...]}}, a non-empty list "
+                                "of integers")
+    if any(b <= a for a, b in zip(ids, ids[1:])):
+        raise InvalidCheckpoint(f"{file}: token_ids must be ascending and distinct")
+    if ids[0] < 0 or ids[-1] >= vocab_size:
+        raise InvalidCheckpoint(f"{file}: token_ids must lie in 0..{vocab_size - 1}, the "
+                                f"target's vocabulary (found {ids[0]}..{ids[-1]})")
+    return tuple(ids)
 
 
 def read_draft_spec(config: dict[str, Any], target: Hparams) -> DraftSpec:

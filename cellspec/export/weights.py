@@ -95,6 +95,18 @@ class WeightStore:
         self._refs[name] = _external(name, array, offset, len(data))
         return self._refs[name]
 
+    def read(self, name: str) -> np.ndarray:
+        """The array of a tensor already added (read back from the file)."""
+        tensor = self._refs[name]
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        self._file.flush()
+        dtype = next(NUMPY_DTYPES[n] for n, t in ONNX_DTYPES.items()
+                     if t == tensor.data_type and n in NUMPY_DTYPES)
+        with open(self.path, "rb") as f:
+            f.seek(int(info["offset"]))
+            data = f.read(int(info["length"]))
+        return np.frombuffer(data, dtype=dtype).reshape(tuple(tensor.dims))
+
     def index_graphs(self) -> None:
         """Learn the references of every .onnx graph in the folder that points into our file."""
         for graph_path in sorted(self.folder.glob("*.onnx")):

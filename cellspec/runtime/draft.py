@@ -132,6 +132,12 @@ def check_draft_graphs(manifest: Manifest, context_outputs: dict, block) -> None
         raise InvalidArtifact(f"{draft.block_graph}: input {names.PROPOSAL_ROWS} missing")
     if names.PROPOSALS not in block.outputs:
         raise InvalidArtifact(f"{draft.block_graph}: output {names.PROPOSALS} missing")
+    if names.LOGITS in block.outputs:
+        width = block.outputs[names.LOGITS].shape[-1]
+        want = draft.proposal_vocab_size or manifest.model.vocab_size
+        if width != want:
+            raise InvalidArtifact(f"{draft.block_graph}: logits over {width} tokens, manifest "
+                                  f"field draft.proposal_vocab_size says {want}")
     for i in range(draft.num_layers):
         for new in (names.k_new(i), names.v_new(i)):
             if new not in context_outputs:

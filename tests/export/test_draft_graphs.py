@@ -68,9 +68,13 @@ def reference_tensors(model: DFlashDraftRef, prefix: str = "") -> dict[str, np.n
 
 def export_to(folder: Path, config: dict[str, Any], tensors: dict[str, np.ndarray],
               target_config: dict[str, Any] | None = None,
-              target_weights: tuple[np.ndarray, np.ndarray] | None = None):
-    """Write the draft, export it next to a stand-in target (embedding + LM head in the store)."""
+              target_weights: tuple[np.ndarray, np.ndarray] | None = None,
+              proposal_vocab: str | None = None):
+    """Write the draft (and the text of its proposal_vocab.json, if given), export it next to a
+    stand-in target (embedding + LM head in the store)."""
     draft_dir = write_draft(folder / "draft", config, tensors)
+    if proposal_vocab is not None:
+        (draft_dir / "proposal_vocab.json").write_text(proposal_vocab)
     out = folder / "artifact"
     out.mkdir()
     target = read_hparams(target_config or TARGET_CONFIG)
@@ -203,6 +207,51 @@ def test_two_owners_in_one_block_call(setup):
         assert rel_err(picked[2 * o: 2 * o + 2], want[1:3]) < 1e-4
         assert np.array_equal(picked[2 * o: 2 * o + 2], logits[o * block + 1: o * block + 3])
         assert proposals[2 * o: 2 * o + 2].tolist() == np.argmax(want[1:3], axis=-1).tolist()
+
+
+def test_a_proposal_vocab_restricts_the_head_to_its_ids(tmp_path):
+    """With proposal_vocab.json, draft_block's logits are the reference's columns of those ids
+    and each proposal is the id of their argmax: an id the full head would have proposed
+    otherwise is replaced by the best proposable one."""
+    rng = np.random.default_rng(1)
+    model = make_reference()
+    embed = rng.normal(size=(VOCAB, HIDDEN)).astype(np.float32)
+    head = (0.3 * rng.normal(size=(VOCAB, HIDDEN))).astype(np.float32)
+    ids = np.sort(rng.choice(VOCAB, size=40, replace=False))
+    out, method, geometry = export_to(tmp_path, DRAFT_CONFIG, reference_tensors(model),
+                                      target_weights=(embed, head),
+                                      proposal_vocab=json.dumps({"token_ids": ids.tolist()}))
+    assert method.proposal_vocab_size == 40
+    draft = Draft(out, method.num_layers, geometry[0].kv_heads, geometry[0].head_dim)
+    context, block = 6, method.block_size
+    taps = rng.normal(size=(context, NUM_TAPS * HIDDEN)).astype(np.float32)
+    cells = rng.permutation(np.arange(1, MAX_CELLS))[:context]
+    draft.commit(taps, np.arange(context), cells)
+    tokens = np.array([[17, MASK, MASK, MASK]])
+    logits, proposals = draft.run_block(tokens, cells[None], [context], [context], rows=[1, 2, 3])
+    want = reference(model, embed, head, taps, tokens[0], np.arange(context + block))[1:]
+    assert logits.shape == (3, 40)
+    assert rel_err(logits, want[:, ids]) < 1e-4
+    assert proposals.tolist() == ids[np.argmax(want[:, ids], axis=-1)].tolist()
+    full = np.argmax(want, axis=-1)
+    assert not np.isin(full, ids).all()  # some row's best token is not proposable: replaced
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[1, 2", "not readable JSON"),
+    ('{"token_ids": []}', "non-empty list of integers"),
+    ('{"ids": [1, 2]}', "non-empty list of integers"),
+    ('{"token_ids": [1, 2.5]}', "non-empty list of integers"),
+    ('{"token_ids": [1, true]}', "non-empty list of integers"),
+    ('{"token_ids": [3, 2]}', "ascending and distinct"),
+    ('{"token_ids": [2, 2]}', "ascending and distinct"),
+    ('{"token_ids": [-1, 2]}', "must lie in 0..255"),
+    ('{"token_ids": [2, 256]}', "must lie in 0..255"),
+])
+def test_refuses_a_bad_proposal_vocab(tmp_path, text, message):
+    with pytest.raises(InvalidCheckpoint, match=f"proposal_vocab.json: .*{message}"):
+        export_to(tmp_path, DRAFT_CONFIG, reference_tensors(make_reference()),
+                  proposal_vocab=text)
 
 
 def test_zlab_layout_variants(tmp_path):

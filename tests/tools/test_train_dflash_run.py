@@ -326,3 +326,27 @@ def test_data_files_without_anchor_starts_anchor_at_the_prompts_end(generated, t
     assert data.anchor_starts.dtype == np.int32
     assert data.anchor_starts.tolist() == data.prompt_lens.tolist()
     assert len(data.anchor_starts) == len(data) > 0
+
+
+def test_export_writes_the_most_frequent_answer_tokens_as_the_proposal_vocab(
+        overfit, generated, tiny_target, tmp_path):
+    from tools.dflash_train.target import chat_tokenizer, load_target_checkpoint
+
+    draft = overfit[0]
+    ckpt_io.export_draft(tmp_path / "trained", draft.cfg, draft.state_dict())
+    draft_dir = tmp_path / "draft"
+    run(["export", "--checkpoint", str(tmp_path / "trained"), "--draft-out", str(draft_dir),
+         "--proposal-vocab", "5", "--data", str(generated / "data.npz"), "--target",
+         str(tiny_target)])
+    vocab = json.loads((draft_dir / "proposal_vocab.json").read_text())
+    data = data_io.load(generated / "data.npz")
+    answers = np.concatenate([data.sequence(i)[data.prompt_lens[i]:] for i in range(len(data))])
+    ids, counts = np.unique(answers, return_counts=True)
+    by_count = [int(i) for _, i in sorted(zip(-counts, ids))][:5]  # ties: the lower id
+    eos = chat_tokenizer(load_target_checkpoint(tiny_target)).eos_token_ids
+    assert vocab["token_ids"] == sorted(set(by_count) | set(eos))
+    assert vocab["answer_tokens_covered"] == pytest.approx(
+        np.isin(answers, vocab["token_ids"]).mean(), abs=1e-6)
+    with pytest.raises(SystemExit):
+        run(["export", "--checkpoint", str(tmp_path / "trained"), "--draft-out",
+             str(draft_dir), "--proposal-vocab", "5"])  # no --data

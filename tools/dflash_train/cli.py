@@ -110,6 +110,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--draft-out", type=Path, required=True)
     p.add_argument("--dtype", choices=("float16", "float32"), default="float16")
+    p.add_argument("--proposal-vocab", type=int, default=0, help="K > 0: also write "
+                   "proposal_vocab.json, the K tokens most frequent in --data's answers (and the "
+                   "eos ids): cellspec's draft then proposes only those")
+    p.add_argument("--data", type=Path, help="data.npz (with --proposal-vocab)")
+    p.add_argument("--target", type=Path, help="target .gguf file or HF folder, for its eos ids "
+                   "(default: the bundled SmolLM2-135M-Instruct GGUF)")
     p = sub.add_parser("all", help="generate -> train -> eval -> export into --out")
     p.add_argument("--export", action=argparse.BooleanOptionalAction, default=True,
                    help="write OUT/draft (leave it out when files must be few: `export` "
@@ -125,6 +131,10 @@ def run(argv: list[str] | None = None) -> None:
     args = make_parser().parse_args(argv)
     if getattr(args, "intermediate_size", None) == 0:
         args.intermediate_size = None
+    if args.command == "export" and args.proposal_vocab and args.data is None:
+        make_parser().error("export --proposal-vocab needs --data")
+    if args.command == "export" and args.proposal_vocab < 0:
+        make_parser().error("--proposal-vocab must be >= 0")
     if args.command == "prompts":
         commands.cmd_prompts(args)
     elif args.command == "generate":

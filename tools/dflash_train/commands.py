@@ -26,6 +26,7 @@ from tools.dflash_train.train import TrainConfig, TrainState
 CHECKPOINT_BUDGET_BYTES = 48_000_000
 DEFAULT_LAYERS = 2
 DATA_NAME, CHECKPOINT_NAME, DRAFT_NAME = "data.npz", "ckpt", "draft"
+PROPOSAL_VOCAB_NAME = "proposal_vocab.json"  # cellspec.export.draft_checkpoint reads it
 
 
 def device_of(args: argparse.Namespace) -> torch.device:
@@ -219,5 +220,14 @@ def cmd_eval(args: argparse.Namespace, ckpt=None) -> dict:
 def cmd_export(args: argparse.Namespace) -> list[Path]:
     draft = load_draft(args.checkpoint, torch.device("cpu"))
     files = ckpt_io.export_draft(args.draft_out, draft.cfg, draft.state_dict(), args.dtype)
+    if getattr(args, "proposal_vocab", 0):
+        ckpt = load_target_checkpoint(args.target)
+        vocab = data_io.proposal_vocab(data_io.load(args.data), args.proposal_vocab,
+                                       tuple(chat_tokenizer(ckpt).eos_token_ids))
+        path = args.draft_out / PROPOSAL_VOCAB_NAME
+        path.write_text(json.dumps(vocab))
+        files.append(path)
+        say("export", f"{len(vocab['token_ids'])} proposable tokens, "
+            f"{100 * vocab['answer_tokens_covered']:.2f}% of the data's answer tokens")
     say("export", ", ".join(f"{f.name} {f.stat().st_size / 1e6:.1f} MB" for f in files))
     return files

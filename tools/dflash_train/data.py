@@ -112,3 +112,15 @@ def load(path: Path) -> Sequences:
     meta = json.loads(str(arrays.pop("meta")))
     arrays.setdefault("anchor_starts", arrays["prompt_lens"].astype(np.int32))
     return Sequences(**arrays, meta=meta)
+
+
+def proposal_vocab(data: Sequences, size: int, always: tuple[int, ...] = ()) -> dict[str, Any]:
+    """cellspec's proposal_vocab.json for a draft trained on `data`: the `size` tokens most
+    frequent in its answers (ties: the lower id), plus `always` (the eos ids), ascending; with
+    the share of answer tokens they cover."""
+    answers = np.concatenate([data.sequence(i)[data.prompt_lens[i]:] for i in range(len(data))])
+    counts = np.bincount(answers.astype(np.int64), minlength=MAX_VOCAB)
+    top = np.lexsort((np.arange(len(counts)), -counts))[:size]  # by count, then id
+    ids = sorted(set(top[counts[top] > 0].tolist()) | set(always))
+    return {"token_ids": ids, "answer_tokens_covered": round(float(
+        counts[ids].sum() / max(len(answers), 1)), 6), "data": data.fingerprint()}
