@@ -12,7 +12,8 @@ held-out prompts of tools/train_dflash.py's prompt set instead (categories inter
 answer to its eos or --tokens), the prompts a draft's held-out tau is measured on. `--repeats R`
 alternates the plain and speculative runs R times: tok/s are the medians, and the speedup column
 gives the median of the R paired ratios with their range (a 2-core machine varies by 10-30%
-between runs of the same configuration).
+between runs of the same configuration). `--plain-artifact DIR` times plain decoding on another
+export of the model (the bundled model's int4 default); "same text" then compares two models.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--n-draft", default="",
                         help="proposals per cycle to compare, e.g. 15,7,3 (default: the "
                         "draft's block size less one)")
+    parser.add_argument("--plain-artifact", type=Path,
+                        help="time plain decoding on this artifact instead (e.g. the int4 "
+                        "export of the same model: the default's speed against speculation's)")
     parser.add_argument("--prompts", type=int, default=0,
                         help="N > 0: the first N held-out prompts of the draft training set")
     parser.add_argument("--repeats", type=int, default=1,
@@ -109,7 +113,8 @@ def main() -> None:
           f"{'acc/cycle':>9} {'cycle/step':>10} {'same text':>9}")
     for batch in [int(b) for b in args.batches.split(",")]:
         prompts = texts or [PROMPT] * batch
-        plain = LLM(folder, max_sessions=batch, threads=args.threads, speculation=False)
+        plain = LLM(args.plain_artifact or folder, max_sessions=batch, threads=args.threads,
+                    speculation=False)
         specs = [LLM(folder, max_sessions=batch, threads=args.threads, speculation=True,
                      n_draft=n_draft, max_spec_batch=args.max_spec_batch)
                  for n_draft in n_drafts]
