@@ -25,6 +25,7 @@
 #   bash tools/gpu_run.sh greedy-train # the shipped draft continued on it, eval, export; then
 #                                      # the real SmolLM2 plain vs speculative with both drafts
 #   bash tools/gpu_run.sh greedy-more  # round 2: more greedy tails (early cuts), continued
+#   bash tools/gpu_run.sh self-gen     # planned: data over prompts the target writes itself
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -250,8 +251,15 @@ case "${1:-}" in
     cp "$WORK"/gt2/log.json "$OUT"/greedy_train2_log.json
     mkdir -p "$OUT"/draft2 && cp "$WORK"/gt2/draft/* "$OUT"/draft2/
     ;;
+  self-gen)  # planned, not yet run: the target writes up to 8,000 more prompts, then the
+             # template and written prompts are answered greedily and greedy after cuts in 0..63
+    python3 tools/train_dflash.py generate --out "$WORK/g3" --self-prompts "${SELF_N:-8000}" \
+        --samples 12 --greedy-after "${CUT:-64}" --gen-seed 4 --gen-batch 1024 \
+        --generate-seconds "${GEN_S:-450}" 2>&1 | grep -v "^\[generate\] [0-9]" | tail -8
+    cp "$WORK"/g3/data.npz "$OUT"/self_data.npz && cp "$WORK"/g3/log.json "$OUT"/self_gen_log.json
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen" >&2
     exit 2
     ;;
 esac

@@ -24,6 +24,10 @@ loss, tau estimate, tokens/s, ETA) and stops cleanly at its time budget, keeping
 trains only on its greedy tail (the labels a proposal must match at temperature 0); the shipped
 draft came from the round-3 draft continued on such data twice (bench/NOTES.md, 2026-12-01,
 third sitting: `bash tools/gpu_run.sh greedy-gen`, `greedy-train`, `greedy-more`).
+`generate --self-prompts N` first has the target write up to N more prompts, each like a
+template prompt (tools/dflash_train/self_prompts.py; recorded in data.npz's meta), since the
+templates cap the non-numeric categories at about 4,100 prompts; built and tested on a tiny
+target, not yet run on SmolLM2 (`bash tools/gpu_run.sh self-gen` is the planned run).
 
 Default draft (5.42M parameters): 2 layers, MLP 768, block 16, gamma 7, taps 1,14,27 (z-lab's
 spacing), mask token 16 (<empty_output>: an untrained special token), AdamW lr 6e-4, 100 warmup

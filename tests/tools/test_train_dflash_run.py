@@ -18,7 +18,7 @@ from tools.dflash_train.cli import run  # noqa: E402
 from tools.dflash_train.config import DraftConfig  # noqa: E402
 from tools.dflash_train.evaluate import speculative_decode, walk_cycles  # noqa: E402
 from tools.dflash_train.model import DFlashDraft  # noqa: E402
-from tools.dflash_train.prompts import make_prompts  # noqa: E402
+from tools.dflash_train.prompts import Prompt, make_prompts  # noqa: E402
 
 # -- a tiny end-to-end run ------------------------------------------------------------------
 
@@ -350,3 +350,49 @@ def test_export_writes_the_most_frequent_answer_tokens_as_the_proposal_vocab(
     with pytest.raises(SystemExit):
         run(["export", "--checkpoint", str(tmp_path / "trained"), "--draft-out",
              str(draft_dir), "--proposal-vocab", "5"])  # no --data
+
+
+def test_clean_keeps_the_first_line_without_label_or_quotes():
+    from tools.dflash_train.self_prompts import clean
+
+    assert clean('Request: "Write a poem about rain."\n\nIt should rhyme.') == (
+        "Write a poem about rain.")
+    assert clean("\n  How do I bake bread at home?  \n") == "How do I bake bread at home?"
+    assert clean("New question - What is 2 + 2?") == "What is 2 + 2?"
+    assert clean("Too short") == "Too short" and clean("Short") is None
+    assert clean("") is None and clean("x" * 301) is None
+
+
+def test_self_written_prompts_are_answered_recorded_and_kept_on_extension(tiny_target, tmp_path):
+    from tools.dflash_train.prompts import CATEGORIES
+    from tools.dflash_train.self_prompts import write_prompts
+    from tools.dflash_train.target import build_target, chat_tokenizer, load_target_checkpoint
+
+    args = ["generate", "--target", str(tiny_target), "--out", str(tmp_path), *COMMON,
+            "--limit", "4", "--max-new-tokens", "6", "--gen-batch", "8", "--self-prompts", "6"]
+    run([*args, "--samples", "0"])
+    data = data_io.load(tmp_path / "data.npz")
+    base = make_prompts(0, 40)
+    written = data.meta["self_prompts"]
+    assert 1 <= len(written) <= 6
+    texts = {p.text for p in base}
+    ckpt = load_target_checkpoint(tiny_target)
+    tokenizer = chat_tokenizer(ckpt)
+    for offset, (category, text) in enumerate(written):
+        assert category in CATEGORIES and text not in texts
+        assert not Prompt(category, text).is_held_out
+        rows = np.flatnonzero(data.prompt_ids == len(base) + offset)
+        assert len(rows) == 1  # its greedy answer
+        sequence = data.sequence(int(rows[0]))
+        assert sequence[: data.prompt_lens[rows[0]]].tolist() == tokenizer.encode(text, chat=True)
+    # the same target and seed write the same prompts
+    again = write_prompts(build_target(ckpt, "cpu"), tokenizer, base,
+                          [i for i, p in enumerate(base) if not p.is_held_out][:4], 6,
+                          temperature=0.8, seed=0, batch=8)
+    assert [[p.category, p.text] for p in again] == written
+    # extending the data keeps the recorded prompts and their ids, and answers them again
+    run([*args, "--samples", "1", "--data", str(tmp_path / "data.npz")])
+    extended = data_io.load(tmp_path / "data.npz")
+    assert extended.meta["self_prompts"] == written
+    sampled = extended.prompt_ids[extended.sample_ids == 1]
+    assert set(range(len(base), len(base) + len(written))) <= set(sampled.tolist())

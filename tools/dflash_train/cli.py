@@ -35,6 +35,9 @@ def _generate(p: argparse.ArgumentParser) -> None:
     g.add_argument("--samples", type=int, default=2, help="sampled answers per prompt after "
                    "the greedy one")
     g.add_argument("--temperature", type=float, default=0.7)
+    g.add_argument("--self-prompts", type=int, default=0, help="N > 0: the target first writes "
+                   "up to N more training prompts, each like a template prompt (self_prompts.py)")
+    g.add_argument("--self-prompt-temperature", type=float, default=0.8)
     g.add_argument("--greedy-after", type=int, default=0, help="N > 0: a sampled answer turns "
                    "greedy after a cut uniform in 0..N-1 and trains only on its greedy tail")
     g.add_argument("--gen-seed", dest="seed_gen", type=int, default=0)

@@ -62,6 +62,10 @@ def cmd_generate(args: argparse.Namespace, ckpt=None) -> data_io.Sequences:
     out = args.out / DATA_NAME
     source = args.data or (out if out.is_file() else None)
     existing = data_io.load(source) if source else None
+    written = self_written_prompts(args, target, tokenizer, prompts, ids, existing)
+    if written:  # after the template prompts: ids len(prompts) ..
+        ids = [*ids, *range(len(prompts), len(prompts) + len(written))]
+        prompts = [*prompts, *written]
     settings = {k: str(v) for k, v in vars(args).items() if k != "func"}
     log = RunLog(args.out, "generate", {**settings, "device": str(device),
                                         "prompt_fingerprint": prompt_set.fingerprint(prompts)})
@@ -69,10 +73,28 @@ def cmd_generate(args: argparse.Namespace, ckpt=None) -> data_io.Sequences:
                         temperature=args.temperature, seed=args.seed_gen,
                         max_new_tokens=args.max_new_tokens, batch=args.gen_batch,
                         max_seconds=args.generate_seconds, greedy_after=args.greedy_after,
-                        existing=existing)
+                        existing=existing,
+                        meta={"self_prompts": [[p.category, p.text] for p in written]}
+                        if written else None)
     data.meta["prompt_fingerprint"] = prompt_set.fingerprint(prompts)
     data_io.save(data, out)
     return data
+
+
+def self_written_prompts(args, target, tokenizer, prompts, ids, existing
+                         ) -> list[prompt_set.Prompt]:
+    """--self-prompts N: the prompts the target writes (self_prompts.py), or those the data
+    being extended already records, so that its prompt ids keep their meaning."""
+    recorded = (existing.meta.get("self_prompts") if existing is not None else None) or []
+    if recorded:
+        return [prompt_set.Prompt(category, text) for category, text in recorded]
+    if not getattr(args, "self_prompts", 0):
+        return []
+    from tools.dflash_train.self_prompts import write_prompts
+
+    return write_prompts(target, tokenizer, prompts, ids, args.self_prompts,
+                         temperature=args.self_prompt_temperature, seed=args.seed_gen,
+                         batch=args.gen_batch)
 
 
 def default_mask_token(ckpt) -> int:

@@ -120,12 +120,14 @@ def run_generate(model, tokenizer, prompts: list[Prompt], prompt_ids: list[int],
                  log: RunLog, *, num_samples: int, temperature: float, seed: int,
                  max_new_tokens: int, batch: int, max_seconds: float | None,
                  greedy_after: int = 0, max_tokens: int = data_io.MAX_TOKENS,
-                 existing: data_io.Sequences | None = None) -> data_io.Sequences:
+                 existing: data_io.Sequences | None = None,
+                 meta: dict | None = None) -> data_io.Sequences:
     """Generate every job not in `existing`, until max_seconds or max_tokens (the file's
     bound), saving to `out` as it goes (every SAVE_EVERY_SECONDS and at the end)."""
     categories = list(CATEGORIES)
     data = existing or data_io.empty({"categories": categories})
-    data.meta.update(temperature=temperature, seed=seed, max_new_tokens=max_new_tokens)
+    data.meta.update(temperature=temperature, seed=seed, max_new_tokens=max_new_tokens,
+                     **(meta or {}))
     if greedy_after:
         data.meta["greedy_after"] = greedy_after
     jobs = plan_jobs(prompts, prompt_ids, lambda text: tokenizer.encode(text, chat=True),
