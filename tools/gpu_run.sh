@@ -38,6 +38,15 @@ SHIPPED=cellspec/drafts/smollm2-135m-instruct
 [ -d .gpu/ort-include ] && export CELLSPEC_ORT_INCLUDE=${CELLSPEC_ORT_INCLUDE:-$PWD/.gpu/ort-include}
 # the draft the tests and benchmarks use: DRAFT=..., else one trained in this sitting, else shipped
 [ -d "$WORK/train/draft" ] && DRAFT=${DRAFT:-$WORK/train/draft} || DRAFT=${DRAFT:-$SHIPPED}
+# the shipped draft continued on DATA in $WORK/NAME for SECONDS at LR, evaluated and exported;
+# the last LINES of progress shown, its log and draft copied to $OUT/LOG and $OUT/DRAFT_DIR
+continue_shipped() {  # NAME DATA LR SECONDS LINES LOG DRAFT_DIR
+  python3 tools/train_dflash.py all --out "$WORK/$1" --data "$2" --generate-seconds 0 \
+      --init "$SHIPPED" --lr "$3" --steps 0 --plan-seconds "$4" --train-seconds "$4" \
+      --eval-batch 128 2>&1 | grep "step .*/\|tau\|train\]" | tail -"$5"
+  cp "$WORK/$1/log.json" "$OUT/$6"
+  mkdir -p "$OUT/$7" && cp "$WORK/$1"/draft/* "$OUT/$7"/
+}
 case "${1:-}" in
   train)
     python3 tools/train_dflash.py all --out "$WORK/train" --generate-seconds "${GEN_S:-200}" \
@@ -223,12 +232,8 @@ case "${1:-}" in
     ;;
   greedy-train)  # the shipped draft trained on greedy-gen's data (this sitting's, on the device)
     [ -f "$WORK/g/data.npz" ] || exit 6
-    python3 tools/train_dflash.py all --out "$WORK/gt" --data "$WORK/g/data.npz" \
-        --generate-seconds 0 --init "$SHIPPED" --lr "${LR:-4e-4}" --steps 0 \
-        --plan-seconds "${TRAIN_S:-400}" --train-seconds "${TRAIN_S:-400}" --eval-batch 128 2>&1 \
-        | grep "step .*/\|tau\|train\]" | tail -30
-    cp "$WORK"/gt/log.json "$OUT"/greedy_train_log.json
-    mkdir -p "$OUT"/draft && cp "$WORK"/gt/draft/* "$OUT"/draft/
+    continue_shipped gt "$WORK/g/data.npz" "${LR:-4e-4}" "${TRAIN_S:-400}" 30 \
+        greedy_train_log.json draft
     ;;
   greedy-bench)  # the real SmolLM2 in float16, plain vs speculative, the new and shipped drafts
     for draft in "$WORK"/gt/draft "$SHIPPED"; do
@@ -244,12 +249,8 @@ case "${1:-}" in
         --samples 12 --greedy-after "${CUT:-32}" --gen-seed 3 --gen-batch 1024 \
         --generate-seconds "${GEN_S:-150}" 2>&1 | grep -v "^\[generate\] [0-9]" | tail -4
     cp "$WORK"/g2/log.json "$OUT"/greedy_gen2_log.json
-    python3 tools/train_dflash.py all --out "$WORK/gt2" --data "$WORK/g2/data.npz" \
-        --generate-seconds 0 --init "$SHIPPED" --lr "${LR:-3e-4}" --steps 0 \
-        --plan-seconds "${TRAIN_S:-250}" --train-seconds "${TRAIN_S:-250}" --eval-batch 128 2>&1 \
-        | grep "step .*/\|tau\|train\]" | tail -14
-    cp "$WORK"/gt2/log.json "$OUT"/greedy_train2_log.json
-    mkdir -p "$OUT"/draft2 && cp "$WORK"/gt2/draft/* "$OUT"/draft2/
+    continue_shipped gt2 "$WORK/g2/data.npz" "${LR:-3e-4}" "${TRAIN_S:-250}" 14 \
+        greedy_train2_log.json draft2
     ;;
   self-gen)  # planned, not yet run: the target writes up to 8,000 more prompts, then the
              # template and written prompts are answered greedily and greedy after cuts in 0..63

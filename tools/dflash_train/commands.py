@@ -26,7 +26,6 @@ from tools.dflash_train.train import TrainConfig, TrainState
 CHECKPOINT_BUDGET_BYTES = 48_000_000
 DEFAULT_LAYERS = 2
 DATA_NAME, CHECKPOINT_NAME, DRAFT_NAME = "data.npz", "ckpt", "draft"
-PROPOSAL_VOCAB_NAME = "proposal_vocab.json"  # cellspec.export.draft_checkpoint reads it
 
 
 def device_of(args: argparse.Namespace) -> torch.device:
@@ -243,7 +242,9 @@ def cmd_export(args: argparse.Namespace) -> list[Path]:
     draft = load_draft(args.checkpoint, torch.device("cpu"))
     files = ckpt_io.export_draft(args.draft_out, draft.cfg, draft.state_dict(), args.dtype)
     if getattr(args, "proposal_vocab", 0):
-        ckpt = load_target_checkpoint(args.target)
+        ckpt = load_target_checkpoint(args.target)  # makes cellspec.export's readers importable
+        from cellspec.export.draft_checkpoint import PROPOSAL_VOCAB_NAME
+
         vocab = data_io.proposal_vocab(data_io.load(args.data), args.proposal_vocab,
                                        tuple(chat_tokenizer(ckpt).eos_token_ids))
         path = args.draft_out / PROPOSAL_VOCAB_NAME

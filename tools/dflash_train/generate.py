@@ -85,7 +85,8 @@ def decode_batch(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
             token = torch.argmax(logits, dim=-1)
         else:
             token = sample_rows(logits, temperature, positional_uniforms(seeds, next_pos + step))
-            token = torch.where(greedy_rows <= step, torch.argmax(logits, dim=-1), token)
+            if bool((cuts <= step).any()):  # some rows past their cut: their argmax
+                token = torch.where(greedy_rows <= step, torch.argmax(logits, dim=-1), token)
         drawn.append(torch.where(done, eos[0], token))
         done |= torch.isin(token, eos)
         if bool(done.all()) or step == max_new_tokens - 1:
