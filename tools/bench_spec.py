@@ -60,12 +60,9 @@ def held_out_prompts(count: int) -> list[str]:
     """The first `count` held-out prompts of tools/train_dflash.py's prompt set, categories
     interleaved (the draft never trained on them)."""
     sys.path.insert(0, str(ROOT))
-    from tools.dflash_train.prompts import interleaved, make_prompts, split
+    from tools.dflash_train.prompts import held_out_texts
 
-    held_out = interleaved(split(make_prompts())[1])
-    if count > len(held_out):
-        raise SystemExit(f"--prompts {count}: the prompt set holds {len(held_out)} held out")
-    return [p.text for p in held_out[:count]]
+    return held_out_texts(count)
 
 
 def random_draft_artifact() -> Path:

@@ -332,28 +332,36 @@ def profile_cycles(executor, batch: int, args, path: Path) -> None:
 
 
 def cmd_smollm2(args) -> None:
-    """The real SmolLM2 (float16 from the GGUF) with the shipped draft: tokens/s plain and
-    speculative on held-out prompts, greedy, batch 1 and 8."""
+    """The real SmolLM2 (float16 from the GGUF) with a draft: tokens/s plain and speculative
+    on --prompts held-out prompts, greedy, batch 1 (one prompt at a time) and 8."""
     from cellspec.llm import LLM, SamplingParams
 
     folder = export_real(args)
-    prompts = held_out_prompts(8)
+    prompts = held_out_prompts(args.prompts)
     rows = []
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
     for speculation, n_draft in [(False, None)] + [(True, n) for n in n_drafts]:
         llm = LLM(folder, backend=BACKEND[0], max_sessions=8, speculation=speculation,
                   n_draft=n_draft)
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
+        # batch 1: the prompts one after another; batch 8: 8 at a time. Answers end at eos
+        # (the same tokens with and without speculation, so tokens/s compare)
         for batch in (1, 8):
-            start = time.perf_counter()
-            outs = llm.generate(prompts[:batch], SamplingParams(max_tokens=args.tokens,
-                                                                ignore_eos=True))
-            seconds = time.perf_counter() - start
-            tokens = sum(len(o.token_ids) for o in outs)
-            stats = getattr(llm.executor, "stats", None)
+            params = SamplingParams(max_tokens=args.tokens)
+            stats = getattr(llm.executor, "stats", None)  # cumulative: the batch's share
+            before = (stats.cycles, stats.accepted) if stats else (0, 0)
+            tokens, seconds = 0, 0.0
+            for first in range(0, len(prompts), batch):
+                start = time.perf_counter()
+                outs = llm.generate(prompts[first:first + batch], params)
+                seconds += time.perf_counter() - start
+                tokens += sum(len(o.token_ids) for o in outs)
+            cycles, accepted = ((stats.cycles - before[0], stats.accepted - before[1]) if stats
+                                else (0, 0))
             rows.append({"speculation": speculation, "n_draft": getattr(llm.executor, "n_draft",
-                         None), "batch": batch, "tokens_per_s": tokens / seconds,
-                         "tau": stats.tau if stats else None})
+                         None), "batch": batch, "prompts": len(prompts), "tokens": tokens,
+                         "tokens_per_s": tokens / seconds,
+                         "tau": (accepted + cycles) / cycles if cycles else None})
             print(json.dumps(rows[-1]), flush=True)
     write(args.out / f"smollm2_{args.dtype}.json", rows)
 
@@ -397,14 +405,11 @@ def export_real(args) -> Path:
 
 
 def held_out_prompts(count: int) -> list[str]:
-    path = ROOT / "tools" / "data" / "dflash_prompts.jsonl"
-    if path.is_file():
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        held = [r["prompt"] for r in rows if r.get("split") == "heldout"]
-        if held:
-            return (held * (count // len(held) + 1))[:count]
-    topics = ["the sea", "a lighthouse", "prime numbers", "Python lists", "the moon", "bread"]
-    return [f"Tell me about {topics[i % len(topics)]} ({i})." for i in range(count)]
+    """tools/train_dflash.py's held-out prompts (until 2026-12-01 this read a file that did not
+    exist and fell back to six "Tell me about ..." topics)."""
+    from tools.dflash_train.prompts import held_out_texts
+
+    return held_out_texts(count)
 
 
 def write(path: Path, rows) -> None:
@@ -427,7 +432,8 @@ def main() -> None:
         sub.add_argument("--bandwidth", type=float, default=4.3e12)
         sub.add_argument("--draft", type=Path)
         sub.add_argument("--tokens", type=int, default=64)
-        sub.add_argument("--prompts", type=int, default=200)
+        sub.add_argument("--prompts", type=int, default=16 if name == "smollm2" else 200,
+                         help="held-out prompts (flips, smollm2)")
     for name in ("steps", "kernels"):
         commands.choices[name].add_argument("--shapes", default="A,B,C")
         commands.choices[name].add_argument("--batches", default="1,8,32")

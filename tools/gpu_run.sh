@@ -25,7 +25,11 @@
 #   bash tools/gpu_run.sh greedy-train # the shipped draft continued on it, eval, export; then
 #                                      # the real SmolLM2 plain vs speculative with both drafts
 #   bash tools/gpu_run.sh greedy-more  # round 2: more greedy tails (early cuts), continued
-#   bash tools/gpu_run.sh self-gen     # planned: data over prompts the target writes itself
+#   bash tools/gpu_run.sh self-gen     # greedy-gen's data extended over prompts SmolLM2 wrote
+#   bash tools/gpu_run.sh self-train   # the shipped draft continued on it, eval, export (with
+#                                      # its proposal vocabulary)
+#   bash tools/gpu_run.sh self-more    # that draft continued (.gpu/newdraft, .gpu/sdata carried)
+#   bash tools/gpu_run.sh self-bench   # the real SmolLM2 plain vs speculative with the drafts
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -252,15 +256,46 @@ case "${1:-}" in
     continue_shipped gt2 "$WORK/g2/data.npz" "${LR:-3e-4}" "${TRAIN_S:-250}" 14 \
         greedy_train2_log.json draft2
     ;;
-  self-gen)  # planned, not yet run: the target writes up to 8,000 more prompts, then the
-             # template and written prompts are answered greedily and greedy after cuts in 0..63
-    python3 tools/train_dflash.py generate --out "$WORK/g3" --self-prompts "${SELF_N:-8000}" \
-        --samples 12 --greedy-after "${CUT:-64}" --gen-seed 4 --gen-batch 1024 \
-        --generate-seconds "${GEN_S:-450}" 2>&1 | grep -v "^\[generate\] [0-9]" | tail -8
+  self-gen)  # greedy-gen's data (.gpu/gdata/greedy_data.npz, carried) extended: the target
+              # writes up to 10,000 more prompts, answered greedily, then sampled and greedy after
+              # cuts in 0..63 (a pass of every new prompt before the next)
+    python3 tools/train_dflash.py generate --out "$WORK/g3" --data .gpu/gdata/greedy_data.npz \
+        --self-prompts "${SELF_N:-10000}" --samples 12 --greedy-after "${CUT:-64}" --gen-seed 4 \
+        --gen-batch 1024 --generate-seconds "${GEN_S:-420}" 2>&1 \
+        | grep -v "^\[generate\] [0-9]\|^\[self-prompts\] [0-9]" | tail -8
     cp "$WORK"/g3/data.npz "$OUT"/self_data.npz && cp "$WORK"/g3/log.json "$OUT"/self_gen_log.json
     ;;
+  self-train)  # the shipped draft continued on self-gen's data (this sitting's), eval; exported
+               # with the 16,384 answer tokens most frequent in that data as its proposals
+    [ -f "$WORK/g3/data.npz" ] || exit 6
+    continue_shipped gs "$WORK/g3/data.npz" "${LR:-3e-4}" "${TRAIN_S:-400}" 20 \
+        self_train_log.json draft
+    python3 tools/train_dflash.py export --checkpoint "$WORK/gs/ckpt" --draft-out "$WORK/gs/vocab" \
+        --proposal-vocab 16384 --data "$WORK/g3/data.npz" 2>&1 | tail -3
+    cp "$WORK"/gs/vocab/* "$OUT"/draft/
+    ;;
+  self-more)  # self-train's exported draft (.gpu/newdraft, carried) continued on self-gen's data
+              # (.gpu/sdata/self_data.npz, carried), eval, export with its proposal vocabulary
+    python3 tools/train_dflash.py all --out "$WORK/gm" --data .gpu/sdata/self_data.npz \
+        --generate-seconds 0 --init .gpu/newdraft --lr "${LR:-2e-4}" --steps 0 \
+        --plan-seconds "${TRAIN_S:-330}" --train-seconds "${TRAIN_S:-330}" --eval-batch 128 2>&1 \
+        | grep "step .*/\|tau\|train\]" | tail -14
+    cp "$WORK"/gm/log.json "$OUT"/self_more_log.json
+    python3 tools/train_dflash.py export --checkpoint "$WORK/gm/ckpt" --draft-out "$WORK/gm/vocab" \
+        --proposal-vocab 16384 --data .gpu/sdata/self_data.npz 2>&1 | tail -3
+    mkdir -p "$OUT"/draft && cp "$WORK"/gm/vocab/* "$OUT"/draft/
+    ;;
+  self-bench)  # the real SmolLM2 in float16, plain vs speculative, 16 held-out prompts: each
+               # draft of DRAFTS (default: self-more's, self-train's, the shipped one)
+    for draft in ${DRAFTS:-$WORK/gm/vocab $WORK/gs/vocab $SHIPPED}; do
+      [ -d "$draft" ] || continue
+      python3 tools/gpu_bench.py smollm2 --dtype float16 --draft "$draft" --n-draft 15,7 \
+          --tokens 96 --out "$OUT/real-$(basename "$(dirname "$draft")")" --work "$WORK" 2>&1 \
+          | grep -v "plugin EP" | tail -7
+    done
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench" >&2
     exit 2
     ;;
 esac

@@ -14,20 +14,21 @@ LM head frozen and not saved. Code: tools/dflash_train/ (one concept a module).
     python tools/train_dflash.py export   --checkpoint RUN/ckpt --draft-out RUN/draft
     python tools/train_dflash.py all      --out RUN --generate-seconds G --train-seconds T
 
-A run folder RUN holds data.npz (uint16 ids; capped at 7M tokens, < 15 MB), ckpt/
+A run folder RUN holds data.npz (uint16 ids; capped at 10M tokens, about 7 MB), ckpt/
 (checkpoint.json + three <= 15 MB safetensors shards: fp32 weights, bf16 Adam moments; 43.4 MB
 for the default draft), draft/ (config.json + float16 model.safetensors, 10.8 MB) and log.json
 (settings, progress events and results of every phase). Every phase prints progress (steps,
 loss, tau estimate, tokens/s, ETA) and stops cleanly at its time budget, keeping what it has.
 
 `generate --greedy-after N` makes each sampled answer greedy after a cut uniform in 0..N-1 and
-trains only on its greedy tail (the labels a proposal must match at temperature 0); the shipped
-draft came from the round-3 draft continued on such data twice (bench/NOTES.md, 2026-12-01,
-third sitting: `bash tools/gpu_run.sh greedy-gen`, `greedy-train`, `greedy-more`).
+trains only on its greedy tail (the labels a proposal must match at temperature 0).
 `generate --self-prompts N` first has the target write up to N more prompts, each like a
 template prompt (tools/dflash_train/self_prompts.py; recorded in data.npz's meta), since the
-templates cap the non-numeric categories at about 4,100 prompts; built and tested on a tiny
-target, not yet run on SmolLM2 (`bash tools/gpu_run.sh self-gen` is the planned run).
+templates cap the non-numeric categories at about 4,100 prompts. The shipped draft is the
+round-3 draft continued on greedy-tail data twice (bench/NOTES.md, 2026-12-01, third sitting:
+`bash tools/gpu_run.sh greedy-gen`, `greedy-train`, `greedy-more`), then twice more on
+greedy-gen's data extended over 6,602 prompts SmolLM2 wrote (fourth sitting: `self-gen`,
+`self-train`, `self-more`).
 
 Default draft (5.42M parameters): 2 layers, MLP 768, block 16, gamma 7, taps 1,14,27 (z-lab's
 spacing), mask token 16 (<empty_output>: an untrained special token), AdamW lr 6e-4, 100 warmup

@@ -125,6 +125,19 @@ def test_prompt_set_is_deterministic_diverse_and_split():
     assert len({p.category for p in prompts}) == 15
 
 
+def test_benchmarks_take_the_held_out_prompts_categories_in_turn():
+    from tools.dflash_train.prompts import CATEGORIES, held_out_texts
+
+    held_out = split(make_prompts())[1]
+    texts = held_out_texts(len(held_out))
+    assert sorted(texts) == sorted(p.text for p in held_out)  # every held-out prompt, only them
+    category = {p.text: p.category for p in held_out}
+    assert [category[t] for t in texts[:15]] == list(CATEGORIES)  # each category's first, in turn
+    assert held_out_texts(3) == texts[:3]
+    with pytest.raises(SystemExit, match=f"holds {len(held_out)}"):
+        held_out_texts(len(held_out) + 1)
+
+
 def test_walk_cycles_by_hand():
     accepted = np.zeros(20, dtype=int)
     accepted[[5, 8, 12]] = [2, 3, 4]  # answer at 5..15: cycles anchored at 5, 8, 12; 17 > 14

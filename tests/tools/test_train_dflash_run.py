@@ -361,6 +361,12 @@ def test_clean_keeps_the_first_line_without_label_or_quotes():
     assert clean("New question - What is 2 + 2?") == "What is 2 + 2?"
     assert clean("Too short") == "Too short" and clean("Short") is None
     assert clean("") is None and clean("x" * 301) is None
+    for talk in ("Here's an example of the requested request:", "I'm ready to assist. What can I",
+                 "Sure! Write a haiku about rain.", "**Example of a Python function**",
+                 "What a delightful task! Here is one:"):
+        assert clean(talk) is None, talk
+    assert clean("Surely you can list three rivers?") == "Surely you can list three rivers?"
+    assert clean("Is it true that ice floats?") == "Is it true that ice floats?"
 
 
 def test_self_written_prompts_are_answered_recorded_and_kept_on_extension(tiny_target, tmp_path):

@@ -5,7 +5,9 @@ in its chat format, for one new request of the same kind about something else; t
 drawn at `temperature` with cellspec's rule from a seed of (base, i), so the same target and
 seed write the same prompts. The request is the answer's first non-empty line, stripped of
 quotes and a leading "Request:"-style label. It is kept when it is 8 to 300 characters long,
-new (neither a template prompt nor an earlier one) and not held out by the prompt set's hash
+does not open as the assistant talking about the task instead of asking ("Here's ...", "I'm
+ready ...", "Sure", markdown; a third of SmolLM2's answers on a CPU sample of 16), is new
+(neither a template prompt nor an earlier one) and is not held out by the prompt set's hash
 rule, so the held-out evaluation never sees it; it keeps its example's category.
 """
 
@@ -23,6 +25,8 @@ INSTRUCTION = ("Write one new request that a user might send to an AI assistant.
                "request only.\n\nExample: {example}")
 MIN_CHARS, MAX_CHARS = 8, 300
 _LABEL = re.compile(r"^\s*(new\s+)?(request|prompt|question|example)\s*[:\-]\s*", re.IGNORECASE)
+_NOT_A_REQUEST = re.compile(r"^(here(\s+is|'s|\s+are)\b|i(\s+am|'m|\s+can|\s+will|'d|'ll)\b|sure\b|"
+                            r"certainly\b|of course\b|what a\b|\*\*|#)", re.IGNORECASE)
 
 
 def clean(answer: str) -> str | None:
@@ -31,6 +35,8 @@ def clean(answer: str) -> str | None:
     if not lines:
         return None
     text = _LABEL.sub("", lines[0]).strip().strip('"\u201c\u201d\'').strip()
+    if _NOT_A_REQUEST.match(text):
+        return None
     return text if MIN_CHARS <= len(text) <= MAX_CHARS else None
 
 
