@@ -2,7 +2,13 @@
 
 A step packs one decode token for every running request whose prompt is in the cache, then
 prefill chunks of the others, oldest first, at most `max_prefill_tokens` prompt tokens in all so
-long prompts never starve decoding. The chunk that ends a prompt asks for the first output token.
+long prompts never starve decoding. A prompt is cut on a grid of `max_prefill_tokens` from its
+start, whatever else runs: where a prompt's tokens split between steps changes how its attention
+rounds (ONNX Runtime's CPU attention sums keys in SIMD lanes, and a token's lane follows its
+column), so cuts that depended on the batch would make a request's text depend on its batch. A
+chunk that does not fit what is left of the step's budget waits for a later step (the oldest
+waiting chunk always fits: a step's budget is one whole chunk). The chunk that ends a prompt asks
+for the first output token.
 Each request owns one session from admission to finish; `abort` closes whatever is still open.
 """
 
@@ -71,12 +77,14 @@ class Scheduler:
         """Decode inputs for every prefilled request, then prefill chunks within the budget."""
         batch = [BatchInput(r.sid, (r.token_ids[-1],), r.num_computed)
                  for r in self.running if r.is_prefilled]
-        budget = self.max_prefill_tokens
+        budget, grid = self.max_prefill_tokens, self.max_prefill_tokens
         for request in self.running:
-            if request.is_prefilled or budget == 0:
+            if request.is_prefilled:
                 continue
             start = request.num_computed
-            end = min(len(request.prompt_token_ids), start + budget)
+            end = min(len(request.prompt_token_ids), (start // grid + 1) * grid)
+            if end - start > budget:
+                continue  # waits: cutting it here would depend on the batch
             batch.append(BatchInput(request.sid, request.prompt_token_ids[start:end], start,
                                     produce_output=end == len(request.prompt_token_ids)))
             budget -= end - start

@@ -88,7 +88,8 @@ def test_continuous_batching_equals_each_alone(llm, batches, kind):
 
 def check_schedule(batches):
     """At most MAX_SESSIONS sessions and MAX_PREFILL prompt tokens a step; prompts were chunked
-    and requests joined while others were decoding."""
+    on a grid of MAX_PREFILL from their start (never where a step's budget ran out), and
+    requests joined while others were decoding."""
     done_at, first_seen = {}, {}
     for step, batch in enumerate(batches):
         for item in batch:
@@ -101,6 +102,8 @@ def check_schedule(batches):
         prefill = [item for item in batch if step <= done_at[item.sid]]
         decoding = [item for item in batch if step > done_at[item.sid]]
         assert sum(len(item.tokens) for item in prefill) <= MAX_PREFILL
+        assert all(item.position % MAX_PREFILL == 0 for item in prefill), step
+        assert all(item.produce_output or len(item.tokens) == MAX_PREFILL for item in prefill)
         assert all(len(item.tokens) == 1 for item in decoding)
         has_chunked |= any(not item.produce_output for item in prefill)
         has_joined |= bool(decoding) and any(first_seen[i.sid] == step > 0 for i in prefill)

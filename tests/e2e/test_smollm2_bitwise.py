@@ -1,7 +1,8 @@
 """The bundled SmolLM2 on ort-cpu, float32 and int4: every session's logits are bitwise the same
 alone and in a batch of sessions of very different lengths (prompts of 1 to 140 tokens, then
 decode steps). Two shape rules make this hold (ShapePolicy): steps attend over a multiple of 64
-cells, and with 4-bit weights no row is alone in a tile of 128 rows."""
+cells, and with 4-bit weights no row is alone in a tile of 128 rows. A third, the scheduler's:
+a prompt's prefill chunks are cut on a grid from its start, not where a batch's budget ends."""
 
 import numpy as np
 import onnxruntime as ort
@@ -9,7 +10,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from cellspec.export import ExportConfig, export
+from cellspec.llm import LLM, SamplingParams
 from cellspec.runtime.executor import Executor
+from tools.dflash_train.prompts import held_out_texts
 
 LENGTHS = [5, 140, 57, 1, 64]
 STEPS = 12
@@ -55,6 +58,19 @@ def test_logits_bitwise_alone_and_batched(dtype, smollm2_artifact, smollm2_int4)
         for step, (a, b) in enumerate(zip(alone, batched[g])):
             assert np.array_equal(a, b), f"prompt {g} ({LENGTHS[g]} tokens), step {step}"
     assert executor.cache.num_used == 0
+
+
+def test_generate_in_a_batch_equals_each_prompt_alone(smollm2_int4):
+    """Eight chat prompts of 37-48 tokens under the default 256-token prefill budget: the
+    seventh does not fit the first step whole. Cut where the budget ended (1 token, then 44),
+    its greedy text differed from its text alone from token 36 on."""
+    llm = LLM(smollm2_int4, max_sessions=8)
+    prompts = held_out_texts(8)
+    params = SamplingParams(max_tokens=48)
+    batched = llm.generate(prompts, params)
+    assert sum(len(llm.tokenizer.encode(p, True)) for p in prompts[:7]) > 256
+    for prompt, out in zip(prompts, batched):
+        assert llm.generate(prompt, params)[0].token_ids == out.token_ids, prompt
 
 
 def test_the_4bit_kernel_rounds_a_lone_row_differently():
