@@ -142,8 +142,8 @@ def test_padded_static_pieces_write_only_the_scratch_cell(make_executor):
 @pytest.mark.xfail(strict=True, reason="known, open: on ort-cpu a verify row rounds differently "
                    "from the plain step of the same token (ONNX Runtime's CPU Attention takes "
                    "another path for a single query, and a key's SIMD lane follows its column, "
-                   "which differs between new tokens and cells); bench/NOTES.md, 2026-12-01, "
-                   "fourth sitting")
+                   "which differs between new tokens and cells); the fix's premises: "
+                   "test_cpu_attention_premises.py")
 def test_a_verify_row_equals_the_plain_step_bit_for_bit(make_executor):
     """What speculation being exact bit for bit on the CPU would need: the logits of a token fed
     in a 4-token step (a DFlash verify) equal to those of the same token fed alone after the
