@@ -21,6 +21,14 @@ that the new form makes dead) change.
   int32 scalar (N + Q, in host memory, as the op wants it). The others (float32 inputs, sliding
   windows, the draft's non-causal blocks) are decomposed. (The opset-23 Attention's own CUDA
   grouped path reads a bool mask back to the host, which a CUDA graph cannot capture.)
+- `attention_by_position` (`ort-cpu`, a target with a draft): its Attention over
+  Concat(Gather(pool, cell_table), new) reads ScatterND(Gather(pool, cell_table), new_columns, new)
+  instead, every key at the column of its position whether it is a cell or new in this step, plus
+  one dummy query row that is dropped after. ONNX Runtime's CPU Attention sums keys in SIMD lanes
+  fixed by their columns and rounds a query alone in its step another way
+  (tests/runtime/test_cpu_attention_premises.py); in this form a token's logits are the same bit for
+  bit whether it is fed in a verify or a later step, so speculation cannot change the text. The
+  runtime feeds it through `by_position_feeds`.
 - `cell_attention_for_cuda`: each Attention over Concat(Gather(pool, cell_table), new) becomes
   cellspec's own `CellAttention*` (domain "cellspec", cellspec/plugins/cell_attention.cu), which
   reads the cells where they lie in the pools: one node for the five, whose rounding depends on
@@ -36,12 +44,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "CELLSPEC_DOMAIN", "HOST_INPUTS", "attention_for_cuda",
+__all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "CELLSPEC_DOMAIN", "HOST_INPUTS", "NEW_COLUMNS",
+           "attention_by_position", "attention_for_cuda", "by_position_feeds",
            "cell_attention_for_cuda", "decompose_attention", "grouped_feeds"]
 
 ATTN_SEQLENS = "attn_seqlens"  # int32 [S]: lengths[s] + Q - 1, GroupQueryAttention's seqlens_k
 ATTN_TOTAL = "attn_total"  # int32 scalar: N + Q, its total_sequence_length (a host input)
 HOST_INPUTS = (ATTN_TOTAL,)  # inputs a provider reads from host memory
+NEW_COLUMNS = "new_columns"  # int64 [S, Q, 2]: (row, column) of each new token's key
+_COLUMN_MULTIPLE = 64  # by-position steps read a multiple of this many columns
 
 _HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 CONTRIB = "com.microsoft"
@@ -78,6 +89,80 @@ class _Emitter:
         if name not in self.constants:
             self.constants[name] = numpy_helper.from_array(np.asarray(values, dtype=dtype), name)
         return name
+
+
+def by_position_feeds(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What `attention_by_position`'s graph reads instead of a step's cell_table [S, N] and
+    masks [S, 1, Q, N + Q]: a cell table of C columns (C >= N and past every new token's
+    position, a multiple of 64; the extra columns name cell 0 and are masked), `new_columns`
+    (a row's token u goes to column positions[s, 0] + u: its position for real tokens; padding
+    slots, which sit after a row's real ones or in a padding row of position 0, land on columns
+    no real token of the row sees) and the masks moved to those columns, with one more row for
+    the dummy query, which sees column 0."""
+    positions, table = feeds["positions"], feeds["cell_table"]
+    rows, width = positions.shape
+    cells = table.shape[1]
+    columns = positions[:, :1] + np.arange(width)[None, :]  # [S, Q]
+    total = max(cells, int(columns.max()) + 1)
+    total = -(-total // _COLUMN_MULTIPLE) * _COLUMN_MULTIPLE
+    out = {"cell_table": np.zeros((rows, total), np.int64),
+           NEW_COLUMNS: np.stack([np.broadcast_to(np.arange(rows)[:, None], (rows, width)),
+                                  columns], axis=-1).astype(np.int64)}
+    out["cell_table"][:, :cells] = table
+    row = np.arange(rows)[:, None, None]
+    query = np.arange(width)[None, :, None]
+    for name in ("attn_mask", "attn_mask_window"):
+        if name not in feeds:
+            continue
+        mask = feeds[name]
+        moved = np.zeros((rows, 1, width + 1, total), bool)
+        moved[:, :, :width, :cells] = mask[..., :cells]
+        moved[row, 0, query, columns[:, None, :]] |= mask[:, 0, :, cells:]
+        moved[:, 0, width, 0] = True
+        out[name] = moved
+    return out
+
+
+def attention_by_position(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with the attention of a target that feeds a draft (it outputs `taps`) by
+    position (module doc); other graphs as they are. Adds the input `new_columns`; the cell
+    table and masks it reads then have the shapes `by_position_feeds` gives them. (A target
+    without a draft never verifies, and by position costs its decoding 0-7% at batch 1 and
+    13-18% at batch 8 with 4-bit weights: ScatterND copies more slowly than Concat.)"""
+    if model.graph.name != "target" or all(o.name != "taps" for o in model.graph.output):
+        return model
+    used = []
+
+    def rewrite(e: _Emitter, node: onnx.NodeProto, producers: dict) -> None:
+        past = _gathered_past(node, producers)
+        if past is None:
+            e.nodes.append(node)
+            return
+        name = node.name
+        keys, values = (e.node("ScatterND", [gathered, NEW_COLUMNS, new], f"{name}/{which}/Place")
+                        for which, gathered, new in (("k", past[0], past[1]),
+                                                     ("v", past[2], past[3])))
+        pads = e.const([0, 0, 0, 0, 1, 0], np.int64, "/by_position/query_pads")
+        query = e.node("Pad", [node.input[0], pads], f"{name}/q/Pad")  # the dummy query row
+        both = e.node("Attention", [query, keys, values, node.input[3]], name,
+                      outputs=[f"{name}/with_dummy"], **_attributes(node))
+        e.node("Slice", [both, e.const([0], np.int64, "/by_position/zero"),
+                         e.const([-1], np.int64, "/by_position/minus_one"),
+                         e.const([1], np.int64, "/by_position/query_axis")],
+               f"{name}/Slice", outputs=[node.output[0]])
+        used.append(name)
+
+    result = _rewrite(model, rewrite)
+    if used:
+        result.graph.input.append(helper.make_tensor_value_info(
+            NEW_COLUMNS, TensorProto.INT64, ["S", "Q", 2]))
+        shapes = {"cell_table": ["S", "C"], "attn_mask": ["S", 1, "Q + 1", "C"],
+                  "attn_mask_window": ["S", 1, "Q + 1", "C"]}
+        for value in result.graph.input:
+            if value.name in shapes:
+                value.CopyFrom(helper.make_tensor_value_info(
+                    value.name, value.type.tensor_type.elem_type, shapes[value.name]))
+    return result
 
 
 def decompose_attention(model: onnx.ModelProto) -> onnx.ModelProto:

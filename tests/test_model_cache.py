@@ -125,16 +125,16 @@ def test_a_broken_cache_entry_is_named(checkpoint, cache):
         resolve_model(checkpoint, SMALL, progress=False)
 
 
-def test_bundled_model_exports_int4_plain_and_float32_with_its_draft():
-    """Plain decoding gets the fastest CPU export (int4, no draft); speculation gets float32 with
-    the shipped draft, since int4 at accuracy level 4 may not verify exactly."""
+def test_bundled_model_exports_int4_plain_and_int4_with_its_draft():
+    """Plain decoding gets the fastest CPU export (int4, no draft); speculation gets int4 with
+    the shipped draft (exact: test_shipped_draft.py::test_int4_speculation_changes_no_token)."""
     from cellspec.drafts import bundled_draft
     from cellspec.model_cache import bundled_export
 
     plain, no_draft = bundled_export()
     assert (plain.quantize, plain.dtype, no_draft) == ("int4", "float32", None)
     spec, draft = bundled_export(speculation=True)
-    assert (spec.quantize, spec.dtype, draft) == ("none", "float32", bundled_draft())
+    assert (spec.quantize, spec.dtype, draft) == ("int4", "float32", bundled_draft())
     assert draft is not None and (draft / "model.safetensors").is_file()
     assert (plain.max_context, plain.max_cells) == (spec.max_context, spec.max_cells) == (2048,
                                                                                           8192)

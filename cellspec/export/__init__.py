@@ -39,11 +39,6 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     sibling of `out` and renamed into place only when complete: when the export fails, `out` is
     left exactly as it was."""
     config = config or ExportConfig()
-    if draft is not None and config.quantize == "int4" and config.accuracy_level != 0:
-        raise InvalidArgument(
-            f"a draft with quantize int4 needs accuracy_level 0, not {config.accuracy_level}: "
-            "at level 4 ONNX Runtime rounds a verify step's rows differently from a plain "
-            "step's, so speculation could change the text (float weights or level 0 keep it)")
     out = _check_out(Path(out), overwrite)
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else _read(Path(checkpoint), progress)
     hp = read_hparams(ckpt.config)

@@ -10,6 +10,7 @@ import numpy as np
 
 from cellspec.artifact import LOGITS
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
+from cellspec.rewrite import NEW_COLUMNS, by_position_feeds
 from cellspec.runtime.backend import Backend, Engine, Gather, Pools, TensorSpec
 from cellspec.runtime.draws import DRAWN, Draws, draw_on_host
 
@@ -41,8 +42,12 @@ class OrtCpuEngine(Engine):
         options.add_session_config_entry("session.intra_op.allow_spinning",
                                          "1" if spinning else "0")
         try:
+            serialized = _by_position(path)
+            if serialized is not None:  # weights still read from beside the graph
+                options.add_session_config_entry(
+                    "session.model_external_initializers_file_folder_path", str(path.parent))
             self.session = ort.InferenceSession(
-                str(path), options, providers=["CPUExecutionProvider"])
+                serialized or str(path), options, providers=["CPUExecutionProvider"])
         except Exception as error:  # ORT raises its own untyped errors for corrupt graphs
             raise InvalidArtifact(f"{path}: ONNX Runtime cannot load it: {error}") from error
         self.run_options = ort.RunOptions()
@@ -52,6 +57,8 @@ class OrtCpuEngine(Engine):
         self.outputs = {o.name: _spec(o) for o in self.session.get_outputs()}
 
     def run(self, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+        if NEW_COLUMNS in self.inputs:
+            feeds = {**feeds, **by_position_feeds(feeds)}
         try:
             values = self.session.run(names, feeds, self.run_options)
         except Exception as error:  # the engine call failed: the caller poisons what it touched
@@ -115,6 +122,19 @@ class OrtCpuBackend(Backend):
         if draws is not None:  # the logits are on the host already: draw here
             result[DRAWN] = draw_on_host(out[LOGITS], draws)
         return result
+
+
+def _by_position(path: Path) -> bytes | None:
+    """The target graph at `path` with its attention by position (cellspec/rewrite.py: so that
+    a token's logits do not depend on whether a verify or a later step feeds it), serialized;
+    None for other graphs, which load from `path` as they are."""
+    import onnx
+
+    from cellspec.rewrite import attention_by_position
+
+    model = onnx.load(str(path), load_external_data=False)
+    rewritten = attention_by_position(model)
+    return None if rewritten is model else rewritten.SerializeToString()
 
 
 def _spec(arg) -> TensorSpec:

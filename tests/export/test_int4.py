@@ -9,7 +9,6 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from cellspec.errors import InvalidArgument
 from cellspec.export import ExportConfig, export
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
@@ -67,18 +66,15 @@ def test_gguf_blocks_go_in_as_they_are(smollm2_gguf, tmp_path):
 def test_round_to_nearest_int4_with_a_draft(tiny_checkpoint, tmp_path):
     """A safetensors checkpoint quantized by round-to-nearest has no float projection left, and
     speculation on an int4 artifact (the draft borrowing the 8-bit embedding and LM head) gives
-    exactly the tokens plain decoding gives. A draft is refused at accuracy level 4, where a
-    verify step rounds differently from a plain step."""
+    exactly the tokens plain decoding gives, at accuracy level 4 too (int8 activations): every
+    4-bit row rounds the same in a verify and in a plain step, since steps never leave a row
+    alone in a tile and ort-cpu runs a draft's target with its attention by position."""
     folder, _ = tiny_checkpoint("qwen3_gqa")
     draft = write_random_draft(tmp_path / "draft", hidden=64, vocab=256, num_target_layers=2,
                                taps=[0, 1], block_size=5, mask_token_id=255, num_layers=1)
     config = dict(static_widths=(1, 2, 4, 8), dynamic_width=32, max_context=128, max_cells=512)
-    with pytest.raises(InvalidArgument, match="needs accuracy_level 0, not 4"):
-        export(folder, tmp_path / "int4", ExportConfig(quantize="int4", **config),
-               progress=False, draft=draft)
-    assert not (tmp_path / "int4").exists()
-    export(folder, tmp_path / "int4", ExportConfig(quantize="int4", accuracy_level=0, **config),
-           progress=False, draft=draft)
+    export(folder, tmp_path / "int4", ExportConfig(quantize="int4", **config), progress=False,
+           draft=draft)
     model = onnx.load(str(tmp_path / "int4" / "target.onnx"), load_external_data=False)
     ops = {n.op_type for n in model.graph.node}
     assert {"MatMulNBits", "GatherBlockQuantized"} <= ops and "Gemm" not in ops
