@@ -178,3 +178,35 @@ def test_without_a_draft_the_target_runs_as_exported(make_executor):
     plain, verify = verify_and_plain_logits(executor)
     assert any(not np.array_equal(a, b) for a, b in zip(plain, verify))
     assert max(float(np.abs(a - b).max()) for a, b in zip(plain, verify)) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["mistral_window", "qwen3_window"])
+def test_by_position_keeps_sliding_windows(name, tmp_path, monkeypatch):
+    """Sliding-window targets with a draft (windows of 5 and 4, a 13-token prompt): by position,
+    a verify row is the plain step bit for bit, and the logits are the exported attention's up
+    to rounding (a wrongly moved window mask would change them by far more)."""
+    import cellspec.runtime.ort_cpu as ort_cpu
+    from cellspec.export import ExportConfig, export
+    from tests.conftest import make_tiny_model
+    from tests.reference.zlab_draft import write_random_draft
+
+    model = make_tiny_model(name)
+    model.save_pretrained(tmp_path / "target")
+    config = model.config
+    write_random_draft(tmp_path / "draft", hidden=config.hidden_size, vocab=config.vocab_size,
+                       num_target_layers=config.num_hidden_layers, taps=[0, 1], block_size=5,
+                       mask_token_id=config.vocab_size - 1, num_layers=1)
+    out = tmp_path / "artifact"
+    export(tmp_path / "target", out, ExportConfig(static_widths=(1, 2, 4, 8), dynamic_width=32,
+                                                  max_context=128, max_cells=512),
+           progress=False, draft=tmp_path / "draft")
+    by_position = Executor.load(out, max_sessions=4)
+    monkeypatch.setattr(ort_cpu, "_by_position", lambda path: None)
+    exported = Executor.load(out, max_sessions=4)
+    assert NEW_COLUMNS in by_position.target.engine.inputs
+    assert NEW_COLUMNS not in exported.target.engine.inputs
+    plain, verify = (np.array(rows) for rows in verify_and_plain_logits(by_position))
+    np.testing.assert_array_equal(verify, plain)
+    reference = np.array(verify_and_plain_logits(exported)[0])
+    np.testing.assert_allclose(plain, reference, rtol=0, atol=1e-5)
+    assert not np.array_equal(plain, reference)  # the two forms do round differently
