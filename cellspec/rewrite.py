@@ -44,6 +44,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from cellspec import artifact as names
+
 __all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "CELLSPEC_DOMAIN", "HOST_INPUTS", "NEW_COLUMNS",
            "attention_by_position", "attention_for_cuda", "by_position_feeds",
            "cell_attention_for_cuda", "decompose_attention", "grouped_feeds"]
@@ -99,19 +101,19 @@ def by_position_feeds(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     slots, which sit after a row's real ones or in a padding row of position 0, land on columns
     no real token of the row sees) and the masks moved to those columns, with one more row for
     the dummy query, which sees column 0."""
-    positions, table = feeds["positions"], feeds["cell_table"]
+    positions, table = feeds[names.POSITIONS], feeds[names.CELL_TABLE]
     rows, width = positions.shape
     cells = table.shape[1]
     columns = positions[:, :1] + np.arange(width)[None, :]  # [S, Q]
     total = max(cells, int(columns.max()) + 1)
     total = -(-total // _COLUMN_MULTIPLE) * _COLUMN_MULTIPLE
-    out = {"cell_table": np.zeros((rows, total), np.int64),
+    out = {names.CELL_TABLE: np.zeros((rows, total), np.int64),
            NEW_COLUMNS: np.stack([np.broadcast_to(np.arange(rows)[:, None], (rows, width)),
                                   columns], axis=-1).astype(np.int64)}
-    out["cell_table"][:, :cells] = table
+    out[names.CELL_TABLE][:, :cells] = table
     row = np.arange(rows)[:, None, None]
     query = np.arange(width)[None, :, None]
-    for name in ("attn_mask", "attn_mask_window"):
+    for name in (names.ATTN_MASK, names.ATTN_MASK_WINDOW):
         if name not in feeds:
             continue
         mask = feeds[name]
@@ -129,7 +131,7 @@ def attention_by_position(model: onnx.ModelProto) -> onnx.ModelProto:
     table and masks it reads then have the shapes `by_position_feeds` gives them. (A target
     without a draft never verifies, and by position costs its decoding 0-7% at batch 1 and
     13-18% at batch 8 with 4-bit weights: ScatterND copies more slowly than Concat.)"""
-    if model.graph.name != "target" or all(o.name != "taps" for o in model.graph.output):
+    if model.graph.name != "target" or all(o.name != names.TAPS for o in model.graph.output):
         return model
     used = []
 
@@ -156,8 +158,8 @@ def attention_by_position(model: onnx.ModelProto) -> onnx.ModelProto:
     if used:
         result.graph.input.append(helper.make_tensor_value_info(
             NEW_COLUMNS, TensorProto.INT64, ["S", "Q", 2]))
-        shapes = {"cell_table": ["S", "C"], "attn_mask": ["S", 1, "Q + 1", "C"],
-                  "attn_mask_window": ["S", 1, "Q + 1", "C"]}
+        shapes = {names.CELL_TABLE: ["S", "C"], names.ATTN_MASK: ["S", 1, "Q + 1", "C"],
+                  names.ATTN_MASK_WINDOW: ["S", 1, "Q + 1", "C"]}
         for value in result.graph.input:
             if value.name in shapes:
                 value.CopyFrom(helper.make_tensor_value_info(

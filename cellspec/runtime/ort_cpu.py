@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from cellspec.artifact import LOGITS
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
-from cellspec.rewrite import NEW_COLUMNS, by_position_feeds
+from cellspec.rewrite import NEW_COLUMNS, attention_by_position, by_position_feeds
 from cellspec.runtime.backend import Backend, Engine, Gather, Pools, TensorSpec
 from cellspec.runtime.draws import DRAWN, Draws, draw_on_host
 
@@ -128,10 +129,6 @@ def _by_position(path: Path) -> bytes | None:
     """The target graph at `path` with its attention by position (cellspec/rewrite.py: so that
     a token's logits do not depend on whether a verify or a later step feeds it), serialized;
     None for other graphs, which load from `path` as they are."""
-    import onnx
-
-    from cellspec.rewrite import attention_by_position
-
     model = onnx.load(str(path), load_external_data=False)
     rewritten = attention_by_position(model)
     return None if rewritten is model else rewritten.SerializeToString()
