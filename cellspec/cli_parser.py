@@ -150,9 +150,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                            help="DFlash speculation (the default when the artifact has a draft, "
                                 "and for the bundled model, exported with its shipped draft)")
     speculate.add_argument("--no-speculation", action="store_true",
-                           help="plain decoding even when the artifact has a DFlash draft (the "
-                                "bundled model: its int4 export without the draft, fastest "
-                                "for batches of 5 or more)")
+                           help="plain decoding even when the artifact has a DFlash draft "
+                                "(the same text; faster for batches of 5 or more)")
     parser.add_argument("--n-draft", type=int, metavar="N",
                         help="DFlash proposals per cycle (default: the draft's block size - 1, "
                         "at most 3 on ort-cpu)")

@@ -40,8 +40,8 @@ class LLM:
     """A model ready to generate. `model`: an artifact folder, a checkpoint (HF folder or .gguf,
     exported once into the cache) or None for the bundled SmolLM2-135M-Instruct. `chat`: wrap
     prompts in the chat template (default: when the model has one). `speculation`: DFlash
-    speculate-verify cycles (default: when the artifact has a draft; the bundled model is
-    exported with its shipped draft unless False); the text is the same either way. `n_draft`:
+    speculate-verify cycles (default: when the artifact has a draft, as the bundled model is
+    exported); the text is the same either way. `n_draft`:
     proposals per cycle (default: block size - 1, at most CPU_N_DRAFT on `ort-cpu`).
     `max_spec_batch`: the most sessions that speculate in one step; with more, the step is
     plain (default: no limit, CPU_MAX_SPEC_BATCH on `ort-cpu`)."""
@@ -56,7 +56,7 @@ class LLM:
             raise InvalidArgument(f"chat {chat!r}: expected True, False or None")
         if speculation is not None and not isinstance(speculation, bool):
             raise InvalidArgument(f"speculation {speculation!r}: expected True, False or None")
-        self.folder = resolve_model(model, export_config, speculation=speculation is not False)
+        self.folder = resolve_model(model, export_config, speculation=speculation is True)
         manifest = Manifest.load(self.folder)
         has_draft = manifest.draft is not None
         if speculation and not has_draft:

@@ -31,31 +31,33 @@ SOURCE_NAME = "cellspec-source.txt"  # the checkpoint's path, written next to th
 STALE_SECONDS = 600  # a partial export untouched this long was killed, not still writing
 
 
-def bundled_export(speculation: bool = False) -> tuple[ExportConfig, Path | None]:
+def bundled_export() -> tuple[ExportConfig, Path | None]:
     """How the bundled SmolLM2 is exported: its own Q4_1/Q8_0 blocks as they are (int4 weights,
-    1.9x float32's decode speed on the CPU: bench/NOTES.md); to speculate, with the shipped
-    DFlash draft (exact at int4 too since ort-cpu runs a draft's target with its attention by
-    position: cellspec/rewrite.py), without it for plain decoding (a target without a draft
-    keeps the exported attention, up to 18% faster at batch 8)."""
+    1.9x float32's decode speed on the CPU: bench/NOTES.md), with the shipped DFlash draft
+    whether or not a run speculates. One artifact for both, because a target with a draft runs
+    its attention by position on `ort-cpu` (cellspec/rewrite.py) and rounds differently from the
+    same target without one: with two artifacts, `speculation=False` changed the greedy text of
+    12 of 16 held-out prompts."""
     from cellspec.drafts import bundled_draft
     from cellspec.export.config import ExportConfig
 
     config = ExportConfig(quantize="int4", max_context=2048, max_cells=8192)
-    return config, bundled_draft() if speculation else None
+    return config, bundled_draft()
 
 
 def resolve_model(model: str | Path | None, export_config: ExportConfig | None = None,
                   progress: bool = True, speculation: bool = False) -> Path:
     """The artifact folder for `model`: an artifact, a HF checkpoint folder, a `.gguf` file, or
-    None for the bundled SmolLM2-135M-Instruct GGUF (exported as `bundled_export(speculation)`
-    says unless `export_config` is given); checkpoints are exported on first use."""
+    None for the bundled SmolLM2-135M-Instruct GGUF (exported as `bundled_export()` says unless
+    `export_config` is given; `speculation` asks for its draft); checkpoints are exported on
+    first use."""
     draft = None
     if model is None:
         from cellspec.export.gguf import find_bundled_gguf
 
         model = find_bundled_gguf()
         if export_config is None:
-            export_config, draft = bundled_export(speculation)
+            export_config, draft = bundled_export()
             if speculation and draft is None:
                 raise InvalidArgument("speculation=True, but this install has no bundled draft "
                                       "(cellspec/drafts)")

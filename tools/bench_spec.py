@@ -13,7 +13,7 @@ answer to its eos or --tokens), the prompts a draft's held-out tau is measured o
 alternates the plain and speculative runs R times: tok/s are the medians, and the speedup column
 gives the median of the R paired ratios with their range (a 2-core machine varies by 10-30%
 between runs of the same configuration). `--plain-artifact DIR` times plain decoding on another
-export of the model (the bundled model's int4 default); "same text" then compares two models.
+export of the model (e.g. without the draft); "same text" then compares two models.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def parse_args() -> argparse.Namespace:
                         help="proposals per cycle to compare, e.g. 15,7,3 (default: the "
                         "draft's block size less one)")
     parser.add_argument("--plain-artifact", type=Path,
-                        help="time plain decoding on this artifact instead (e.g. the int4 "
-                        "export of the same model: the default's speed against speculation's)")
+                        help="time plain decoding on this artifact instead (e.g. the same "
+                        "model exported without its draft)")
     parser.add_argument("--prompts", type=int, default=0,
                         help="N > 0: the first N held-out prompts of the draft training set")
     parser.add_argument("--repeats", type=int, default=1,
