@@ -30,6 +30,9 @@
 #                                      # its proposal vocabulary)
 #   bash tools/gpu_run.sh self-more    # that draft continued (.gpu/newdraft, .gpu/sdata carried)
 #   bash tools/gpu_run.sh self-bench   # the real SmolLM2 plain vs speculative with the drafts
+#   bash tools/gpu_run.sh verify       # the plugin built, the GPU tests (both attention modes)
+#   bash tools/gpu_run.sh peers        # steps on A and B in both modes, GenAI on A and B
+#   bash tools/gpu_run.sh real         # the real SmolLM2 plain vs speculative, both modes
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -294,8 +297,29 @@ case "${1:-}" in
           | grep -v "plugin EP" | tail -7
     done
     ;;
+  verify)
+    python3 -m cellspec.plugins.build 2>&1 | tail -3
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
+        | tee "$OUT"/gpu_tests.log | tail -12
+    ;;
+  peers)
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    for mode in ${MODES:-cell decomposed}; do
+      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py steps --shapes ${SHAPES:-A,B} \
+          --batches 1,8,32 --out "$OUT"/$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -8
+    done
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -12
+    ;;
+  real)
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    for mode in ${MODES:-cell decomposed}; do
+      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py smollm2 --dtype float16 \
+          --draft "$SHIPPED" --n-draft 15,7 --tokens 96 --out "$OUT"/real-$mode --work "$WORK" \
+          2>&1 | grep -v "plugin EP" | tail -7
+    done
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real" >&2
     exit 2
     ;;
 esac
