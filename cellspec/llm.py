@@ -28,8 +28,10 @@ __all__ = ["LLM", "RequestOutput", "SamplingParams"]
 
 # On the CPU a verify costs about its width in steps, so few proposals pay best: with the shipped
 # SmolLM2 draft (tau 2.2), 3 proposals gave 1.17x plain decoding at batch 1 where 15 gave 0.90x
-# (bench/NOTES.md). On a GPU a verify of 16 costs about a step, and the default stays block - 1.
-CPU_N_DRAFT = 3
+# (bench/NOTES.md). With int4 weights a verify row costs more still (a cycle of 2 proposals 1.6
+# steps, of 3 1.9), and 2 proposals gave 1.31x plain where 3 gave 1.19x. On a GPU a verify of 16
+# costs about a step, and the default stays block - 1.
+CPU_N_DRAFT = {"none": 3, "int4": 2}
 # ... and a cycle for many sessions costs more than it saves: with the shipped draft, speculation
 # gave 1.54x plain at batch 1, 1.2-1.5x at 2, 1.0-1.1x at 4, 0.9x at 8 and 0.73x at 16 (1.07x
 # with this limit; bench/NOTES.md). Above this many pending sessions, `ort-cpu` steps plainly.
@@ -42,7 +44,8 @@ class LLM:
     prompts in the chat template (default: when the model has one). `speculation`: DFlash
     speculate-verify cycles (default: when the artifact has a draft, as the bundled model is
     exported); the text is the same either way. `n_draft`:
-    proposals per cycle (default: block size - 1, at most CPU_N_DRAFT on `ort-cpu`).
+    proposals per cycle (default: block size - 1, at most CPU_N_DRAFT (by weight format) on
+    `ort-cpu`).
     `max_spec_batch`: the most sessions that speculate in one step; with more, the step is
     plain (default: no limit, CPU_MAX_SPEC_BATCH on `ort-cpu`)."""
 
@@ -68,7 +71,8 @@ class LLM:
         if has_draft and speculation is not False:
             if backend == "ort-cpu":
                 if n_draft is None:
-                    n_draft = min(CPU_N_DRAFT, manifest.draft.block_size - 1)
+                    n_draft = min(CPU_N_DRAFT.get(manifest.target.quantization, 3),
+                                  manifest.draft.block_size - 1)
                 if max_spec_batch is None:
                     max_spec_batch = CPU_MAX_SPEC_BATCH
             self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft,

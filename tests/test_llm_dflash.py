@@ -99,9 +99,10 @@ def test_bursts_stop_exactly_where_plain_decoding_stops(chat_dflash_artifact, pa
     assert spec.executor.cache.num_used == 0
 
 
-def test_cpu_speculates_three_proposals_by_default(tmp_path_factory):
-    """On ort-cpu a cycle proposes at most CPU_N_DRAFT tokens, and at most CPU_MAX_SPEC_BATCH
-    sessions speculate at once, unless told otherwise; the text is the same at every n_draft."""
+def test_cpu_speculates_few_proposals_by_default(tmp_path_factory):
+    """On ort-cpu a cycle proposes at most CPU_N_DRAFT tokens (3 with float weights, 2 with
+    int4), and at most CPU_MAX_SPEC_BATCH sessions speculate at once, unless told otherwise;
+    the text is the same at every n_draft."""
     from cellspec.export import ExportConfig, export
     from cellspec.llm import CPU_MAX_SPEC_BATCH, CPU_N_DRAFT
 
@@ -116,7 +117,7 @@ def test_cpu_speculates_three_proposals_by_default(tmp_path_factory):
            progress=False, draft=draft)
     params = SamplingParams(max_tokens=16, temperature=0.8, seed=2, ignore_eos=True)
     default = LLM(root / "artifact", max_sessions=1)
-    assert CPU_N_DRAFT == 3 and default.executor.n_draft == 3
+    assert CPU_N_DRAFT == {"none": 3, "int4": 2} and default.executor.n_draft == 3
     assert CPU_MAX_SPEC_BATCH == 4 and default.executor.max_spec_batch == 4
     wide = LLM(root / "artifact", max_sessions=1, n_draft=7, max_spec_batch=9)
     assert wide.executor.n_draft == 7 and wide.executor.max_spec_batch == 9
@@ -124,6 +125,13 @@ def test_cpu_speculates_three_proposals_by_default(tmp_path_factory):
     expected = plain.generate([PROMPTS[0]], params)[0].token_ids
     assert default.generate([PROMPTS[0]], params)[0].token_ids == expected
     assert wide.generate([PROMPTS[0]], params)[0].token_ids == expected
+    export(checkpoint, root / "int4", ExportConfig(static_widths=(1, 2, 4, 8), dynamic_width=32,
+                                                   max_context=256, max_cells=1024,
+                                                   quantize="int4"), progress=False, draft=draft)
+    int4 = LLM(root / "int4", max_sessions=1)
+    assert int4.executor.n_draft == 2 and int4.executor.max_spec_batch == 4
+    expected = LLM(root / "int4", max_sessions=1, speculation=False).generate([PROMPTS[0]], params)
+    assert int4.generate([PROMPTS[0]], params)[0].token_ids == expected[0].token_ids
 
 
 def test_a_draft_with_a_proposal_vocab_changes_no_token(tmp_path_factory):

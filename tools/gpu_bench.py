@@ -215,6 +215,8 @@ def cmd_steps(args) -> None:
             row["x_floor"] = row["step_ms"] / row["floor_ms"]
             results.append(row)
             print(json.dumps(row), flush=True)
+            if args.profile:
+                profile_cycles(executor, batch, args, args.out / f"steps_{shape}_b{batch}.prof.txt")
         del executor
     write(args.out / "steps.json", results)
 
@@ -314,7 +316,7 @@ def cmd_dflash(args) -> None:
 
 
 def profile_cycles(executor, batch: int, args, path: Path) -> None:
-    """cProfile of `args.steps` decode calls (DFlash cycles here) after the timed ones: where
+    """cProfile of `args.steps` decode calls (steps or DFlash cycles) after the timed ones: where
     the host spends a cycle, and which calls wait for the device (the syncs and downloads)."""
     import cProfile
     import io
@@ -438,8 +440,9 @@ def main() -> None:
         commands.choices[name].add_argument("--shapes", default="A,B,C")
         commands.choices[name].add_argument("--batches", default="1,8,32")
     commands.choices["dflash"].add_argument("--shape", default="C")
-    commands.choices["dflash"].add_argument("--profile", action="store_true",
-                                            help="also write a cProfile of the cycles per batch")
+    for name in ("steps", "dflash"):
+        commands.choices[name].add_argument("--profile", action="store_true",
+                                            help="also write a cProfile of the calls per batch")
     commands.choices["smollm2"].add_argument(
         "--n-draft", help="proposals per cycle to compare, e.g. 15,7 (default: block size - 1)")
     for sub in commands.choices.values():

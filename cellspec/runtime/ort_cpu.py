@@ -37,11 +37,12 @@ class OrtCpuEngine(Engine):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads or os.cpu_count() or 1
         options.log_severity_level = QUIET
-        # Spinning pool threads keep a core busy after each run: a lone session's next run
-        # starts without waking them, but with several sessions (target, draft) alternating on
-        # few cores the idle ones' spinning starves the running one.
-        options.add_session_config_entry("session.intra_op.allow_spinning",
-                                         "1" if spinning else "0")
+        # Pool threads spin between the parallel loops of a run, and a lone session's keep
+        # spinning after it, so its next run starts without waking them. With several sessions
+        # (target, draft) alternating on few cores, an idle session's spinning would starve the
+        # running one: theirs stop when each run ends (session.force_spinning_stop).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        options.add_session_config_entry("session.force_spinning_stop", "0" if spinning else "1")
         try:
             serialized = _by_position(path)
             if serialized is not None:  # weights still read from beside the graph
@@ -89,8 +90,9 @@ class HostPools(Pools):
 
 
 class OrtCpuBackend(Backend):
-    """`spinning`: the engines' pool threads spin between runs, for an executor whose only
-    engine is the target (plain decoding); with a draft they must sleep (see OrtCpuEngine)."""
+    """`spinning`: the engines' pool threads keep spinning between runs, for an executor whose
+    only engine is the target (plain decoding); with a draft they stop when a run ends (see
+    OrtCpuEngine)."""
 
     name = "ort-cpu"
 

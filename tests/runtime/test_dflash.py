@@ -319,16 +319,17 @@ def test_random_operations_keep_the_draft_in_step(dflash_artifact, seed):
     assert spec.stats.accepted < spec.stats.proposed
 
 
-def test_pool_threads_spin_only_where_the_target_runs_alone(dflash_artifact):
-    """ort-cpu: a plain executor's one engine keeps its pool threads spinning between runs; with
-    a draft, the target and draft sessions alternate, so none may spin (their idle threads
-    would take the cores from the one running)."""
+def test_pool_threads_spin_on_only_where_the_target_runs_alone(dflash_artifact):
+    """ort-cpu: pool threads spin within a run; a plain executor's one engine keeps them
+    spinning between runs, while with a draft, whose sessions alternate with the target's, they
+    stop when each run ends (idle threads would take the cores from the session running)."""
     def spinning(engine):
         options = engine.session.get_session_options()
-        return options.get_session_config_entry("session.intra_op.allow_spinning")
+        return (options.get_session_config_entry("session.intra_op.allow_spinning"),
+                options.get_session_config_entry("session.force_spinning_stop"))
 
     plain = Executor.load(dflash_artifact, max_sessions=2)
-    assert spinning(plain.target.engine) == "1"
+    assert spinning(plain.target.engine) == ("1", "0")
     spec = DFlashExecutor.load(dflash_artifact, max_sessions=2)
     engines = [spec.target.engine, spec.draft.context, spec.draft.block]
-    assert [spinning(e) for e in engines] == ["0", "0", "0"]
+    assert [spinning(e) for e in engines] == [("1", "1")] * 3
