@@ -151,7 +151,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                                 "and for the bundled model, exported with its shipped draft)")
     speculate.add_argument("--no-speculation", action="store_true",
                            help="plain decoding even when the artifact has a DFlash draft "
-                                "(the same text; no faster at batch 1, about as fast at 8)")
+                                "(the same text, slower at batch 1)")
     parser.add_argument("--n-draft", type=int, metavar="N",
                         help="DFlash proposals per cycle (default: the draft's block size - 1, "
                         "at most 3 on ort-cpu)")
