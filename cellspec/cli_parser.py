@@ -154,7 +154,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                                 "(the same text, slower at batch 1)")
     parser.add_argument("--n-draft", type=int, metavar="N",
                         help="DFlash proposals per cycle (default: the draft's block size - 1, "
-                        "at most 3 on ort-cpu)")
+                        "on ort-cpu at most 3, or 2 with int4 weights)")
     parser.add_argument("--max-spec-batch", type=int, metavar="N",
                         help="the most requests that speculate in one step; with more, the step "
                         "decodes plainly (default: no limit, 4 on ort-cpu)")

@@ -43,11 +43,10 @@ class LLM:
     exported once into the cache) or None for the bundled SmolLM2-135M-Instruct. `chat`: wrap
     prompts in the chat template (default: when the model has one). `speculation`: DFlash
     speculate-verify cycles (default: when the artifact has a draft, as the bundled model is
-    exported); the text is the same either way. `n_draft`:
-    proposals per cycle (default: block size - 1, at most CPU_N_DRAFT (by weight format) on
-    `ort-cpu`).
-    `max_spec_batch`: the most sessions that speculate in one step; with more, the step is
-    plain (default: no limit, CPU_MAX_SPEC_BATCH on `ort-cpu`)."""
+    exported); the text is the same either way. `n_draft`: proposals per cycle (default: block
+    size - 1, on `ort-cpu` at most CPU_N_DRAFT of the weight format). `max_spec_batch`: the
+    most sessions that speculate in one step; with more, the step is plain (default: no limit,
+    CPU_MAX_SPEC_BATCH on `ort-cpu`)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
@@ -71,7 +70,7 @@ class LLM:
         if has_draft and speculation is not False:
             if backend == "ort-cpu":
                 if n_draft is None:
-                    n_draft = min(CPU_N_DRAFT.get(manifest.target.quantization, 3),
+                    n_draft = min(CPU_N_DRAFT[manifest.target.quantization],
                                   manifest.draft.block_size - 1)
                 if max_spec_batch is None:
                     max_spec_batch = CPU_MAX_SPEC_BATCH
