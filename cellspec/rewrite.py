@@ -130,7 +130,7 @@ def attention_by_position(model: onnx.ModelProto) -> onnx.ModelProto:
     position (module doc); other graphs as they are. Adds the input `new_columns`; the cell
     table and masks it reads then have the shapes `by_position_feeds` gives them. (A target
     without a draft never verifies, and by position costs its decoding 0-7% at batch 1 and
-    about 10% at batch 8 with 4-bit weights, mostly the dummy query's attention.)"""
+    about 10% at batch 8 with 4-bit weights; the profiler puts it in the dummy query.)"""
     if model.graph.name != "target" or all(o.name != names.TAPS for o in model.graph.output):
         return model
     used = []
