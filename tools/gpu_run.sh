@@ -45,6 +45,14 @@ SHIPPED=cellspec/drafts/smollm2-135m-instruct
 [ -d .gpu/ort-include ] && export CELLSPEC_ORT_INCLUDE=${CELLSPEC_ORT_INCLUDE:-$PWD/.gpu/ort-include}
 # the draft the tests and benchmarks use: DRAFT=..., else one trained in this sitting, else shipped
 [ -d "$WORK/train/draft" ] && DRAFT=${DRAFT:-$WORK/train/draft} || DRAFT=${DRAFT:-$SHIPPED}
+# decode steps on SHAPES (default A,B) at batch 1, 8 and 32, once per attention mode of MODES
+# (default: cell, then decomposed), each mode's results under $OUT/MODE
+steps_by_mode() {
+  for mode in ${MODES:-cell decomposed}; do
+    CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py steps --shapes ${SHAPES:-A,B} \
+        --batches 1,8,32 --out "$OUT"/$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -8
+  done
+}
 # the shipped draft continued on DATA in $WORK/NAME for SECONDS at LR, evaluated and exported;
 # the last LINES of progress shown, its log and draft copied to $OUT/LOG and $OUT/DRAFT_DIR
 continue_shipped() {  # NAME DATA LR SECONDS LINES LOG DRAFT_DIR
@@ -188,10 +196,7 @@ case "${1:-}" in
     python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
     CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu 2>&1 \
         | tee "$OUT"/gpu_tests.log | tail -15
-    for mode in ${MODES:-cell decomposed}; do
-      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py steps --shapes ${SHAPES:-A,B} \
-          --batches 1,8,32 --out "$OUT"/$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -8
-    done
+    steps_by_mode
     ;;
   cell-peer)
     python3 tools/gpu_bench.py dflash --shape A --with-draft --profile --out "$OUT"/a \
@@ -209,10 +214,7 @@ case "${1:-}" in
         || exit 5
     CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu \
         ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$OUT"/gpu_tests.log | tail -8
-    for mode in ${MODES:-cell decomposed}; do
-      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py steps --shapes ${SHAPES:-A,B} \
-          --batches 1,8,32 --out "$OUT"/$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -8
-    done
+    steps_by_mode
     ;;
   kernels)  # the CUDA kernels of decode steps on A (and B), each attention mode
     for mode in ${MODES:-cell decomposed}; do
@@ -304,10 +306,7 @@ case "${1:-}" in
     ;;
   peers)
     python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
-    for mode in ${MODES:-cell decomposed}; do
-      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py steps --shapes ${SHAPES:-A,B} \
-          --batches 1,8,32 --out "$OUT"/$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -8
-    done
+    steps_by_mode
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -12
     ;;
   real)
