@@ -13,6 +13,8 @@ take each row's argmax (or run the sampler graph) on the device and bring back t
 
 Shapes (random weights, float16): A = SmolLM2-135M; B = 8 Qwen3-8B-shaped Llama layers, vocab
 32000, untied (GenAI's shape B); C = Qwen3-8B (36 layers, q/k norm, vocab 151936).
+H = shape A with layers too narrow to cost anything, for the host's side of a step
+(`steps --shapes H --backend ort-host`: ort-cuda's binding path over numpy memory, no GPU).
 """
 
 from __future__ import annotations
@@ -47,8 +49,29 @@ SHAPES = {
 SHAPES["D"] = {**SHAPES["C"], "num_hidden_layers": 6, "hidden_size": 128,
                "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
                "head_dim": 32, "vocab_size": 1024}
+# H: shape A's geometry where the host's work depends on it (30 layers, vocab 49152, the same
+# cells), with layers too narrow to cost anything: `steps --shapes H --backend ort-host` times
+# the host's side of a step on a machine without a GPU
+SHAPES["H"] = {**SMOLLM2, "hidden_size": 64, "intermediate_size": 128,
+               "num_attention_heads": 4, "num_key_value_heads": 2}
 DRAFT_TAPS = [1, 9, 17, 25, 33]
-BACKEND = ["ort-cuda"]  # --backend ort-cpu dry-runs the tool on a machine without a GPU
+# --backend ort-cpu dry-runs the tool on a machine without a GPU; ort-host is ort-cuda's
+# binding path (IOBinding, staging, commits by pointer tables) over numpy memory on the CPU
+BACKEND = ["ort-cuda"]
+
+
+def load_backend(folder: Path, sessions: int):
+    """The backend `Executor.load` takes: a name, or for ort-host the backend itself."""
+    if BACKEND[0] != "ort-host":
+        return BACKEND[0]
+    from cellspec.artifact import Manifest
+    from cellspec.runtime.device import HostDevice
+    from cellspec.runtime.ort_device import OrtDeviceBackend, device_limits, device_policy
+
+    manifest = Manifest.load(folder)
+    return OrtDeviceBackend("ort-host", HostDevice(), ["CPUExecutionProvider"],
+                            device_limits(manifest, sessions), device_policy(manifest),
+                            folder / manifest.graphs["sample"])
 
 
 class RandomTensors(Mapping[str, np.ndarray]):
@@ -208,7 +231,8 @@ def cmd_steps(args) -> None:
         sessions = max(int(b) for b in args.batches.split(","))
         folder = shape_artifact(shape, args, sessions)
         floor = target_bytes(folder) / args.bandwidth
-        executor = Executor.load(folder, backend=BACKEND[0], max_sessions=sessions)
+        executor = Executor.load(folder, backend=load_backend(folder, sessions),
+                                 max_sessions=sessions)
         for batch in (int(b) for b in args.batches.split(",")):
             row = {"shape": shape, "dtype": args.dtype, "floor_ms": 1e3 * floor,
                    **time_decode(executor, batch, args.context, args.steps)}
@@ -293,11 +317,12 @@ def cmd_dflash(args) -> None:
     from cellspec.runtime.executor import Executor
 
     folder = shape_artifact(args.shape, args, 32)
-    plain = Executor.load(folder, backend=BACKEND[0], max_sessions=8)
+    plain = Executor.load(folder, backend=load_backend(folder, 8), max_sessions=8)
     steps = {batch: time_decode(plain, batch, args.context, args.steps) for batch in (1, 8)}
     del plain
     gc.collect()
-    spec = DFlashExecutor.load(folder, backend=BACKEND[0], max_sessions=8, n_draft=15)
+    spec = DFlashExecutor.load(folder, backend=load_backend(folder, 8), max_sessions=8,
+                               n_draft=15)
     rows = []
     for batch in (1, 8):
         _clear_stats(spec)
@@ -342,13 +367,15 @@ def cmd_smollm2(args) -> None:
     prompts = held_out_prompts(args.prompts)
     rows = []
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
+    batches = [int(b) for b in args.batches.split(",")]
     for speculation, n_draft in [(False, None)] + [(True, n) for n in n_drafts]:
-        llm = LLM(folder, backend=BACKEND[0], max_sessions=8, speculation=speculation,
-                  n_draft=n_draft)
+        llm = LLM(folder, backend=BACKEND[0], max_sessions=max(8, *batches),
+                  speculation=speculation, n_draft=n_draft,
+                  max_spec_batch=args.max_spec_batch if speculation else None)
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
         # batch 1: the prompts one after another; batch 8: 8 at a time. Answers end at eos
         # (the same tokens with and without speculation, so tokens/s compare)
-        for batch in (1, 8):
+        for batch in batches:
             params = SamplingParams(max_tokens=args.tokens)
             stats = getattr(llm.executor, "stats", None)  # cumulative: the batch's share
             before = (stats.cycles, stats.accepted) if stats else (0, 0)
@@ -445,8 +472,15 @@ def main() -> None:
                                             help="also write a cProfile of the calls per batch")
     commands.choices["smollm2"].add_argument(
         "--n-draft", help="proposals per cycle to compare, e.g. 15,7 (default: block size - 1)")
-    for sub in commands.choices.values():
-        sub.add_argument("--backend", default="ort-cuda")
+    commands.choices["smollm2"].add_argument("--batches", default="1,8",
+                                             help="sessions generating at once, e.g. 1,2,4,8")
+    commands.choices["smollm2"].add_argument(
+        "--max-spec-batch", type=int, help="speculate only when at most this many sessions "
+        "could (default: the LLM's)")
+    for name, sub in commands.choices.items():
+        sub.add_argument("--backend", default="ort-cuda",
+                         choices=["ort-cuda", "ort-cpu"]
+                         + ["ort-host"] * (name in ("steps", "dflash")))
     args = parser.parse_args()
     BACKEND[0] = args.backend
     {"steps": cmd_steps, "dflash": cmd_dflash, "smollm2": cmd_smollm2,

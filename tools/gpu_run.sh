@@ -33,6 +33,11 @@
 #   bash tools/gpu_run.sh verify       # the plugin built, the GPU tests (both attention modes)
 #   bash tools/gpu_run.sh peers        # steps on A and B in both modes, GenAI on A and B
 #   bash tools/gpu_run.sh real         # the real SmolLM2 plain vs speculative, both modes
+#   bash tools/gpu_run.sh host         # GPU tests; steps on A, this checkout vs .gpu/base
+#   bash tools/gpu_run.sh host-cycle   # DFlash cycles on A, this checkout vs .gpu/base; the
+#                                      # real SmolLM2 (CellAttention); GenAI on A
+#   bash tools/gpu_run.sh real-batches # the real SmolLM2 plain vs speculative at 1, 2, 4, 8
+#                                      # sessions, both attention modes
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -317,8 +322,47 @@ case "${1:-}" in
           2>&1 | grep -v "plugin EP" | tail -7
     done
     ;;
+  host)  # host time per step: the GPU tests, then steps on A (CellAttention) with this
+         # checkout and with BASE (an older copy of cellspec/, tools/ and tests/reference/,
+         # carried in .gpu/base), alternating, twice
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    [ -n "${SKIP_TESTS:-}" ] || CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider \
+        -W ignore tests/gpu 2>&1 | tee "$OUT"/gpu_tests.log | tail -3
+    for round in ${ROUNDS:-1 2}; do
+      for tree in .gpu/base .; do
+        name=$([ "$tree" = . ] && echo new || echo base)
+        (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps --shapes A \
+            --batches 1,8,32 --out "$OUT/steps-$name-$round" --work "$WORK" 2>&1 \
+            | grep -v "plugin EP" | tail -3)
+      done
+    done
+    [ -z "${PROFILE:-}" ] || CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps \
+        --shapes A --batches 1,8 --steps 64 --profile --out "$OUT/prof" --work "$WORK" 2>&1 \
+        | grep -v "plugin EP" | tail -2
+    ;;
+  host-cycle)  # DFlash cycles on A (a random draft) with BASE and this checkout, CellAttention;
+               # the real SmolLM2 plain vs speculative; GenAI on A (.peer carried)
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    for tree in .gpu/base .; do
+      name=$([ "$tree" = . ] && echo new || echo base)
+      (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py dflash --shape A \
+          --with-draft --out "$OUT/dflash-$name" --work "$WORK/spec" 2>&1 \
+          | grep -v "plugin EP" | tail -2)
+    done
+    [ -n "${SKIP_REAL:-}" ] || MODES=cell bash "$0" real
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai SHAPES=A bash .peer/ort_genai_gpu.sh 2>&1 \
+        | tail -6
+    ;;
+  real-batches)  # the real SmolLM2 plain vs speculative at 1, 2, 4 and 8 sessions, each mode
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    for mode in ${MODES:-decomposed cell}; do
+      CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py smollm2 --dtype float16 \
+          --draft "$SHIPPED" --n-draft 15,7 --batches 1,2,4,8 --tokens 96 \
+          --out "$OUT"/batches-$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -12
+    done
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches" >&2
     exit 2
     ;;
 esac

@@ -17,6 +17,7 @@ j, so attention costs what the rows actually read, not the union of the batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -64,6 +65,7 @@ class CellCache:
         self.cell_refs = np.zeros(max_cells, dtype=np.int64)  # sequences that see the cell
         self.seq_cells: dict[int, np.ndarray] = {}
         self.version = 0
+        self._free_floor = 0  # every cell below it is used (a search hint, see _lowest_free)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -125,6 +127,7 @@ class CellCache:
         self.cell_pos[:] = -1
         self.cell_refs[:] = 0
         self.seq_cells.clear()
+        self._free_floor = 0
         self.version += 1
 
     # -- steps -----------------------------------------------------------------------------
@@ -139,32 +142,32 @@ class CellCache:
         the rows need, so a backend can pad to fixed shapes.
         Not causal: a token sees every token of its row (a DFlash block).
         Not writing: every token's keys/values go to the scratch cell and the plan cannot be
-        committed, so the step needs no free cells."""
-        seq_ids = np.asarray(seq_ids, dtype=np.int64)
-        counts = np.asarray(counts, dtype=np.int64)
-        if rows is not None:
-            if rows < seq_ids.size:
-                raise InvalidArgument(f"step of {rows} rows cannot hold {seq_ids.size}")
-            seq_ids = np.r_[seq_ids, np.full(rows - seq_ids.size, PAD_SEQ, np.int64)]
-            counts = np.r_[counts, np.zeros(rows - counts.size, np.int64)]
-        lengths = self._check_rows(seq_ids, counts)
-        width = int(counts.max()) if width is None else width
-        num_cells = int(lengths.max(initial=0)) if num_cells is None else num_cells
-        if width < counts.max() or num_cells < lengths.max(initial=0):
-            raise InvalidArgument(f"step shape [{seq_ids.size}, {width}] reading {num_cells} "
-                                  f"cells cannot hold counts {counts.tolist()} and lengths "
-                                  f"{lengths.tolist()}")
-        is_real = np.arange(width)[None, :] < counts[:, None]
-        positions = np.where(is_real, lengths[:, None] + np.arange(width)[None, :], 0)
+        committed, so the step needs no free cells.
+
+        A decode step plans every step of a generation, so this is written for the host's
+        time: the rows are checked as Python lists (S is small) and the arrays made once each."""
+        seq_list, count_list = self._row_lists(seq_ids, counts, rows)
+        lengths_list = self._check_rows(seq_list, count_list)
+        longest = max(lengths_list)
+        width = max(count_list) if width is None else width
+        num_cells = longest if num_cells is None else num_cells
+        if width < max(count_list) or num_cells < longest:
+            raise InvalidArgument(f"step shape [{len(seq_list)}, {width}] reading {num_cells} "
+                                  f"cells cannot hold counts {count_list} and lengths "
+                                  f"{lengths_list}")
+        seq_ids = np.array(seq_list, dtype=np.int64)
+        counts = np.array(count_list, dtype=np.int64)
+        lengths = np.array(lengths_list, dtype=np.int64)
+        columns = np.arange(width)
+        is_real = columns[None, :] < counts[:, None]
+        positions = np.where(is_real, lengths[:, None] + columns[None, :], 0)
         cells = np.full((seq_ids.size, width), self.scratch_cell, dtype=np.int64)
         if writes:
-            free = np.flatnonzero(self.cell_refs[: self.scratch_cell] == 0)
-            if free.size < counts.sum():
-                raise InvalidArgument(f"step needs {counts.sum()} cells, {free.size} are free")
-            cells[is_real] = free[: counts.sum()]
+            cells[is_real] = self._lowest_free(sum(count_list))
         table = np.full((seq_ids.size, num_cells), self.scratch_cell, dtype=np.int64)
-        for row in np.flatnonzero(seq_ids != PAD_SEQ):
-            table[row, : lengths[row]] = self.seq_cells[int(seq_ids[row])]
+        for row, (seq, length) in enumerate(zip(seq_list, lengths_list)):
+            if length:
+                table[row, :length] = self.seq_cells[seq]
         mask, mask_window = self._make_masks(positions, is_real, lengths, num_cells, causal)
         return StepPlan(seq_ids, counts, positions, cells, table, lengths, mask, mask_window,
                         self.version, writes)
@@ -177,39 +180,88 @@ class CellCache:
             raise InvalidArgument(
                 f"step planned at version {plan.version}, cache is at {self.version}")
         is_real = plan.is_real
-        self.cell_pos[plan.cells[is_real]] = plan.positions[is_real]
-        self.cell_refs[plan.cells[is_real]] += 1
-        for row in np.flatnonzero(plan.counts):
-            seq = int(plan.seq_ids[row])
-            new = plan.cells[row, : plan.counts[row]]
-            self.seq_cells[seq] = np.concatenate([self.seq_cells[seq], new])
+        new_cells = plan.cells[is_real]
+        self.cell_pos[new_cells] = plan.positions[is_real]
+        self.cell_refs[new_cells] += 1
+        for row, (seq, count) in enumerate(zip(plan.seq_ids.tolist(), plan.counts.tolist())):
+            if count:
+                self._append(seq, plan.cells[row, :count])
         self.version += 1
 
-    def _check_rows(self, seq_ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    def _append(self, seq: int, new: np.ndarray) -> None:
+        """seq_cells[seq] += new. A sequence's cells are a view of a buffer with room to grow
+        (doubling), so a decode step appends without copying the sequence's whole map; every
+        other mutator replaces the map with an array of its own (no view of a buffer)."""
+        cells = self.seq_cells[seq]
+        length, end = cells.size, cells.size + new.size
+        buffer = cells.base
+        if buffer is None or buffer.size < end:
+            buffer = np.empty(max(64, 2 * end), dtype=np.int64)
+            buffer[:length] = cells
+        buffer[length:end] = new
+        self.seq_cells[seq] = buffer[:end]
+
+    @staticmethod
+    def _row_lists(seq_ids, counts, rows: int | None) -> tuple[list[int], list[int]]:
+        """The rows as lists of ints, padded with PAD_SEQ rows to `rows`."""
+        seq_array = np.asarray(seq_ids, dtype=np.int64)
+        count_array = np.asarray(counts, dtype=np.int64)
+        if seq_array.shape != count_array.shape or seq_array.ndim != 1 or seq_array.size == 0:
+            raise InvalidArgument(f"step of {seq_array.shape} rows and {count_array.shape} "
+                                  "counts")
+        seq_list, count_list = seq_array.tolist(), count_array.tolist()
+        if rows is not None:
+            if rows < len(seq_list):
+                raise InvalidArgument(f"step of {rows} rows cannot hold {len(seq_list)}")
+            seq_list += [PAD_SEQ] * (rows - len(seq_list))
+            count_list += [0] * (rows - len(count_list))
+        return seq_list, count_list
+
+    def _check_rows(self, seq_ids: list[int], counts: list[int]) -> list[int]:
         """Validate the rows; returns each row's frontier (0 for padding rows)."""
-        if seq_ids.shape != counts.shape or seq_ids.ndim != 1 or seq_ids.size == 0:
-            raise InvalidArgument(f"step of {seq_ids.shape} rows and {counts.shape} counts")
-        real = seq_ids[seq_ids != PAD_SEQ]
-        if np.unique(real).size != real.size:
-            raise InvalidArgument(f"step rows {seq_ids.tolist()}: a sequence appears twice")
-        if np.any(counts[seq_ids == PAD_SEQ] != 0) or np.any(counts[seq_ids != PAD_SEQ] < 1):
-            raise InvalidArgument(f"step counts {counts.tolist()}: padding rows take 0 tokens, "
+        real = [seq for seq in seq_ids if seq != PAD_SEQ]
+        if len(set(real)) != len(real):
+            raise InvalidArgument(f"step rows {seq_ids}: a sequence appears twice")
+        if any(count != 0 if seq == PAD_SEQ else count < 1
+               for seq, count in zip(seq_ids, counts)):
+            raise InvalidArgument(f"step counts {counts}: padding rows take 0 tokens, "
                                   "sequences at least 1")
-        return np.array([0 if seq == PAD_SEQ else self.pos(int(seq)) for seq in seq_ids],
-                        dtype=np.int64)
+        return [0 if seq == PAD_SEQ else len(self._cells_of(seq)) for seq in seq_ids]
+
+    def _lowest_free(self, count: int) -> np.ndarray:
+        """The `count` lowest free cells, searched from `_free_floor` (every cell below it is
+        used) in growing windows, rather than over the whole pool at every step."""
+        found, total = [], 0
+        start, window = self._free_floor, max(256, 4 * count)
+        while total < count and start < self.scratch_cell:
+            end = min(start + window, self.scratch_cell)
+            free = np.flatnonzero(self.cell_refs[start:end] == 0)
+            if free.size:
+                if not found:
+                    self._free_floor = start + int(free[0])  # a hint: no state changes
+                found.append(free + start)
+                total += free.size
+            elif not found:
+                self._free_floor = end
+            start, window = end, 2 * window
+        if total < count:
+            raise InvalidArgument(f"step needs {count} cells, {total} are free")
+        return np.concatenate(found)[:count] if found else np.zeros(0, np.int64)
 
     def _make_masks(self, positions: np.ndarray, is_real: np.ndarray, lengths: np.ndarray,
                     num_cells: int, causal: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """[S, 1, Q, N + Q] visibility. Column j < N is position j of the row's sequence (its
         cell_table), column N + u the row's own token u."""
         rows, width = positions.shape
-        past = np.arange(num_cells)[None, None, :] < lengths[:, None, None]  # [S, 1, N]
-        past = past & is_real[:, :, None]  # [S, Q, N]
-        own = is_real[:, :, None] & is_real[:, None, :]  # [S, Q, Q]: both tokens real
+        mask = np.empty((rows, 1, width, num_cells + width), dtype=bool)
+        past = np.arange(num_cells)[None, :] < lengths[:, None]  # [S, N]
+        np.logical_and(past[:, None, :], is_real[:, :, None], out=mask[:, 0, :, :num_cells])
+        own = mask[:, 0, :, num_cells:]  # [S, Q, Q]: both tokens real (and causal), or self
+        np.logical_and(is_real[:, :, None], is_real[:, None, :], out=own)
+        lower, diagonal = _square_masks(width)
         if causal:
-            own &= np.tril(np.ones((width, width), dtype=bool))[None]
-        own |= np.eye(width, dtype=bool)[None] & ~is_real[:, :, None]  # padding sees itself
-        mask = np.concatenate([past, own], axis=2)[:, None]
+            own &= lower
+        own |= diagonal & ~is_real[:, :, None]  # padding sees itself
         if self.window == 0:
             return mask, None
         key_pos = np.concatenate([np.broadcast_to(np.arange(num_cells), (rows, num_cells)),
@@ -231,6 +283,7 @@ class CellCache:
             refs[cells] += 1
         assert np.array_equal(refs, self.cell_refs), "cell reference counts disagree"
         assert np.all((self.cell_pos == -1) == (self.cell_refs == 0)), "free cells keep positions"
+        assert np.all(self.cell_refs[: self._free_floor] > 0), "a free cell below the floor"
 
     def snapshot(self) -> tuple:
         """A deep copy of the state, comparable with ==, for tests."""
@@ -245,4 +298,16 @@ class CellCache:
 
     def _release(self, cells: np.ndarray) -> None:
         self.cell_refs[cells] -= 1
-        self.cell_pos[cells[self.cell_refs[cells] == 0]] = -1
+        freed = cells[self.cell_refs[cells] == 0]
+        self.cell_pos[freed] = -1
+        if freed.size:
+            self._free_floor = min(self._free_floor, int(freed.min()))
+
+
+@lru_cache(maxsize=64)
+def _square_masks(width: int) -> tuple[np.ndarray, np.ndarray]:
+    """[Q, Q] lower triangle and diagonal (read-only: shared by every plan of this width)."""
+    lower = np.tril(np.ones((width, width), dtype=bool))
+    diagonal = np.eye(width, dtype=bool)
+    lower.flags.writeable = diagonal.flags.writeable = False
+    return lower, diagonal

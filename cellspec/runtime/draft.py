@@ -22,7 +22,7 @@ from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.runtime.backend import TAPS_POOL, Backend, Gather, Pools
 from cellspec.runtime.cell_cache import CellCache
-from cellspec.runtime.planner import plan_pieces
+from cellspec.runtime.planner import piece_index, plan_pieces, runs_of
 from cellspec.runtime.target import MethodStats, check_pools
 
 
@@ -51,11 +51,9 @@ class DraftModel:
         """Commit the context keys/values of the target tokens in `cells` [C] (whose taps are
         in the target's `taps` pool), one contiguous run per sequence continuing from its
         draft frontier."""
-        starts = np.flatnonzero(np.r_[True, seq_ids[1:] != seq_ids[:-1]])
-        lengths = np.diff(np.r_[starts, seq_ids.size])
+        starts, lengths = runs_of(seq_ids)
         for piece in plan_pieces(lengths.tolist(), self.max_width):
-            index = np.stack([starts[c.run] + c.start + np.arange(piece.width)
-                              for c in piece.chunks])  # [S, Q]
+            index = piece_index(piece, starts)  # [S, Q]
             rows = len(index)
             # padded to the backend's shape (a static one replays as a CUDA graph): padding
             # slots read the taps' scratch cell and write the draft's

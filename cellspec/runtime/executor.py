@@ -145,9 +145,9 @@ class Executor:
     def draws(self, sids: list[int], positions: list[int]) -> Draws:
         """How to draw each row: session sids[r]'s sampling, the uniform of positions[r] (the
         position the drawn token will occupy)."""
-        rows = []
+        rows, known = [], {}  # a verify asks for each session's rows together
         for sid, position in zip(sids, positions):
-            session = self.sessions.get(sid)
+            session = known.get(sid) or known.setdefault(sid, self.sessions.get(sid))
             s = session.sampling
             assert s is not None
             uniform = 0.0 if s.is_greedy else positional_uniform(session.seed, position)
@@ -182,9 +182,12 @@ class Executor:
             if item.sid in seen:
                 raise InvalidArgument(f"session {item.sid}: two inputs in one batch")
             seen.add(item.sid)
-            item = BatchInput(item.sid, self._check_tokens(item),
-                              _check_int("position", item.position),
-                              _check_bool("produce_output", item.produce_output))
+            tokens = self._check_tokens(item)
+            position = _check_int("position", item.position)
+            produce_output = _check_bool("produce_output", item.produce_output)
+            if (tokens is not item.tokens or position is not item.position
+                    or produce_output is not item.produce_output):  # numpy values made plain
+                item = BatchInput(item.sid, tokens, position, produce_output)
             self._check_span(item)
             if item.produce_output and session.sampling is None:
                 raise InvalidArgument(f"session {item.sid}: output requested with no sampling "
@@ -214,9 +217,13 @@ class Executor:
                                "and must be closed", tuple(sids))
 
     def _check_tokens(self, item: BatchInput) -> tuple[int, ...]:
+        """The tokens as a tuple of plain ints (`item.tokens` itself when it is one)."""
         tokens = item.tokens
         if not isinstance(tokens, (tuple, list)) or len(tokens) == 0:
             raise InvalidArgument(f"session {item.sid}: tokens must be a non-empty list")
+        if (type(tokens) is tuple and all(type(t) is int for t in tokens)
+                and 0 <= min(tokens) and max(tokens) < self.vocab_size):
+            return tokens  # the common case, checked in three passes of C loops
         for token in tokens:
             if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
                 raise InvalidArgument(f"session {item.sid}: token {token!r} is not an int")
@@ -283,12 +290,16 @@ def _int64(values: list[int]) -> np.ndarray:
 
 
 def _check_int(name: str, value: object) -> int:
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidArgument(f"{name} {value!r}: expected an int")
     return int(value)
 
 
 def _check_bool(name: str, value: object) -> bool:
+    if type(value) is bool:
+        return value
     if not isinstance(value, (bool, np.bool_)):
         raise InvalidArgument(f"{name} {value!r}: expected a bool")
     return bool(value)

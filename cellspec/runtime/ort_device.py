@@ -2,14 +2,14 @@
 whole. `ort-cuda` is this on the CUDA provider with PyCUDA memory and CUDA graphs; the tests run
 it on the CPU provider over numpy memory (`HostDevice`).
 
-Every graph input and output gets one buffer, allocated once at its largest shape; a step
-copies its host inputs (ids, positions, cell tables, masks) into page-locked staging and then
-into those buffers, binds them at the step's shapes, and runs. Pools are bound where a graph
-reads them; the step's k_new/v_new stay on the device and one kernel scatters them into the
-pools' cells. Static steps (padded to the shape policy's buckets) replay one captured CUDA graph
-per shape (`gpu_graph_id`); the others run uncaptured. Only what the caller asks for comes
-back: the drawn tokens (greedy from the graph's argmax, or the sampler graph on the device),
-the taps, the proposals.
+Every graph output gets one buffer, allocated once at its largest shape. A step packs its host
+inputs (ids, positions, cell tables, masks) into one page-locked arena, copies it to the
+engine's device arena in one call, binds each input there at the step's shape, and runs.
+Pools are bound where a graph reads them; the step's k_new/v_new stay on the device and one
+kernel scatters them into the pools' cells. Static steps (padded to the shape policy's
+buckets) replay one captured CUDA graph per shape (`gpu_graph_id`); the others run uncaptured.
+Only what the caller asks for comes back: the drawn tokens (greedy from the graph's argmax,
+or the sampler graph on the device), the taps, the proposals.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ class _Session:
         # (name, is_input) -> (shape, address, where) as bound now: a binding stays until it
         # changes, so a step rebinds only what moved (a pool or a buffer is bound once)
         self.bound: dict[tuple[str, bool], tuple] = {}
+        self.pools_bound: dict[int, Pools] = {}  # pools bound as inputs (they never move)
+        self.outputs_key: tuple | None = None  # (dims, wanted) of the outputs as bound now
 
 
 class DeviceEngine(Engine):
@@ -72,19 +74,25 @@ class DeviceEngine(Engine):
         self.active = self.main
         self.inputs = {i.name: _spec(i) for i in session.get_inputs()}
         self.outputs = {o.name: _spec(o) for o in session.get_outputs()}
+        self.input_dims = {name: spec.shape for name, spec in self.inputs.items()}
+        self.run_options: dict[int, object] = {}  # graph id -> ONNX Runtime's RunOptions
         self.buffers: dict[str, Buffer] = {}
-        self.staging: dict[str, np.ndarray] = {}
         self.host: dict[str, np.ndarray] = {}  # inputs a provider reads from host memory
         self.shape_memo: dict[tuple, tuple[dict[str, tuple], list[str]]] = {}
+        self.sizes: dict[str, int] = {}  # bytes of each input at its largest shape
+        arena = 0
         for name, spec in {**self.inputs, **self.outputs}.items():
             size = int(np.prod(shape_of(spec.shape, limits))) * _itemsize(spec)
             if name in HOST_INPUTS:
                 self.host[name] = np.zeros(max(size, 8), np.uint8)
-            elif not name.startswith(("k_pool.", "v_pool.")) and not (
-                    name == names.LOGITS and name in self.inputs):  # the sampler's: borrowed
+            elif name in self.outputs:
                 self.buffers[name] = device.alloc(size)
-                if name in self.inputs:
-                    self.staging[name] = device.pinned(size)
+            elif not name.startswith(("k_pool.", "v_pool.")) and name != names.LOGITS:
+                self.sizes[name] = size  # (pools and the sampler's logits are borrowed)
+                arena += _aligned(size)
+        # a step's host feeds, packed: one copy to the device per step, not one per input
+        self.arena, self.arena_host = device.alloc(arena), device.pinned(arena)
+        self.layouts: dict[tuple, tuple[dict[str, int], int]] = {}  # see _layout
 
     @property
     def graph_ids(self) -> GraphIds:
@@ -93,10 +101,10 @@ class DeviceEngine(Engine):
     def stage(self, feeds: dict[str, np.ndarray]) -> dict[str, int]:
         """Choose the session for the step's shape, copy the host feeds it reads into their
         buffers (async) and bind them; returns the dim values."""
-        dims = step_dims({n: s.shape for n, s in self.inputs.items()},
-                         {n: a.shape for n, a in feeds.items()})
+        dims = step_dims(self.input_dims, {n: a.shape for n, a in feeds.items()})
         is_wide = dims.get("S", dims.get("O", 1)) > 1 and dims.get("Q", 1) > 1
         self.active = self.wide if is_wide and self.wide else self.main
+        staged = {}
         for name, array in feeds.items():
             if name not in self.active.inputs:
                 continue
@@ -104,12 +112,48 @@ class DeviceEngine(Engine):
             if name in self.host:  # read by the provider on the host: bound there
                 self.host[name][: data.size] = data
                 self._bind(name, array.shape, self.host[name].ctypes.data, True, "cpu")
-                continue
-            staged = self.staging[name][: data.size]
-            staged[:] = data
-            self.device.upload(self.buffers[name], staged)
-            self._bind(name, array.shape, self.buffers[name].ptr, is_input=True)
+            else:
+                staged[name] = data
+        offsets, end = self._layout(feeds, staged)
+        for name, data in staged.items():
+            self.arena_host[offsets[name]: offsets[name] + data.size] = data
+        if staged:
+            self.device.upload(self.arena, self.arena_host[:end])
+        for name in staged:
+            self._bind(name, feeds[name].shape, self.arena.ptr + offsets[name], is_input=True)
         return dims
+
+    def _layout(self, feeds: dict[str, np.ndarray], staged: dict[str, np.ndarray]
+                ) -> tuple[dict[str, int], int]:
+        """Where each staged feed goes in the arena, and the end of the last: packed in name
+        order, so a set of feed shapes (a captured CUDA graph's key) always has one layout and
+        the graph replays on the addresses it was captured with."""
+        key = tuple((name, feeds[name].shape, data.size) for name, data in staged.items())
+        if key not in self.layouts:
+            offsets, end = {}, 0
+            for name in sorted(staged):
+                offsets[name] = end
+                end += _aligned(staged[name].size)
+            if len(self.layouts) >= 256:  # dynamic steps: many shapes, each seen once
+                self.layouts.clear()
+            self.layouts[key] = offsets, end
+        return self.layouts[key]
+
+    def input_buffer(self, name: str) -> Buffer:
+        """A buffer of its own for an input the device fills (a gather), made at first use."""
+        if name not in self.buffers:
+            self.buffers[name] = self.device.alloc(self.sizes[name])
+        return self.buffers[name]
+
+    def bind_pools(self, pools: DevicePools) -> None:
+        """Bind the pools this graph reads, once per session (a pool never moves)."""
+        session = self.active
+        if id(pools) in session.pools_bound:
+            return
+        for name in pools.names:
+            if name in self.inputs:
+                self.bind_external(name, pools.shape, pools.buffers[name].ptr)
+        session.pools_bound[id(pools)] = pools  # held: its id stays its own
 
     def bind_external(self, name: str, shape: Sequence[int], ptr: int) -> None:
         """Bind an input to memory this engine does not own (a pool, another's output)."""
@@ -119,22 +163,29 @@ class DeviceEngine(Engine):
         """Every output bound at the step's shape: the wanted ones, and the others the graph
         computes anyway (a binding left from an earlier step of another shape would be
         refused); those already bound at that shape are left as they are. An output whose shape
-        the step's dims do not give is left to ONNX Runtime (unbound if it was bound)."""
-        shapes, unknown = self._output_shapes(dims)
+        the step's dims do not give is left to ONNX Runtime (unbound if it was bound). A step
+        of the same dims and outputs as the session's last binds nothing."""
+        dims_key = tuple(sorted(dims.items()))
+        session = self.active
+        key = (dims_key, tuple(wanted))
+        if session.outputs_key == key:
+            return
+        shapes, unknown = self._output_shapes(dims, dims_key)
         missing = [name for name in unknown if name in wanted]
         if missing:
             shape_of(self.outputs[missing[0]].shape, dims)  # raises, naming the dim
-        session = self.active
         if any((name, False) in session.bound for name in unknown):  # no unbind for one name
             session.binding.clear_binding_outputs()
             session.bound = {k: v for k, v in session.bound.items() if k[1]}
         for name, shape in shapes.items():
             self._bind(name, shape, self.buffers[name].ptr, is_input=False)
+        session.outputs_key = key
 
-    def _output_shapes(self, dims: dict[str, int]) -> tuple[dict[str, tuple], list[str]]:
-        """The shape of every output buffer at `dims`, and the outputs whose shape `dims` do
-        not give; remembered per dims (a decode loop repeats a few)."""
-        key = tuple(sorted(dims.items()))
+    def _output_shapes(self, dims: dict[str, int], key: tuple
+                       ) -> tuple[dict[str, tuple], list[str]]:
+        """The shape of every output buffer at `dims` (whose sorted items are `key`), and the
+        outputs whose shape `dims` do not give; remembered per dims (a decode loop repeats a
+        few)."""
         if key not in self.shape_memo:
             shapes, unknown = {}, []
             for name, spec in self.outputs.items():
@@ -150,16 +201,17 @@ class DeviceEngine(Engine):
         return self.shape_memo[key]
 
     def run(self, graph_key: tuple | None) -> None:
-        import onnxruntime as ort
-
-        options = ort.RunOptions()
-        options.log_severity_level = QUIET
         session = self.active
         graph_id = session.graph_ids.get(graph_key) if self.device.ort_device == "cuda" else -1
-        if graph_id != GraphIds.UNCAPTURED:
-            options.add_run_config_entry("gpu_graph_id", str(graph_id))
-        elif self.device.ort_device == "cuda":
-            options.add_run_config_entry("gpu_graph_id", "-1")
+        options = self.run_options.get(graph_id)
+        if options is None:
+            import onnxruntime as ort
+
+            options = ort.RunOptions()
+            options.log_severity_level = QUIET
+            if self.device.ort_device == "cuda":  # -1 (GraphIds.UNCAPTURED): not captured
+                options.add_run_config_entry("gpu_graph_id", str(graph_id))
+            self.run_options[graph_id] = options
         self.device.synchronize()  # the staged inputs (and the last commit) are in place
         try:
             session.session.run_with_iobinding(session.binding, options)
@@ -230,6 +282,7 @@ class OrtDeviceBackend(Backend):
         self.gather_cells = device.alloc(8 * limits["S"] * limits["Q"])
         self.gather_staging = device.pinned(8 * limits["S"] * limits["Q"])
         self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, all runs
+        self.wanted_memo: dict[tuple, tuple] = {}  # see _wanted
 
     def shape_policy(self, manifest: Manifest) -> ShapePolicy:
         return self.policy
@@ -255,18 +308,15 @@ class OrtDeviceBackend(Backend):
         clock = _Clock(self.timings)
         dims = engine.stage(feeds)
         for p in pools:
-            for name in p.names:
-                if name in engine.inputs:
-                    engine.bind_external(name, p.shape, p.buffers[name].ptr)
+            engine.bind_pools(p)
         if gather is not None:  # pool rows into the input's buffer, device to device
             dims |= self._gather(engine, gather)
         if cells is not None:  # staged before the run: one synchronize covers both
             self._stage_cells(cells)
-        wanted = list(outputs) + ([n for p in pools for n in p.new_names]
-                                  if cells is not None else [])
-        if draws is not None:
-            wanted.append(names.GREEDY if draws.is_greedy else names.LOGITS)
-        engine.bind_outputs(dims, list(dict.fromkeys(wanted)))
+        is_greedy = draws is not None and draws.is_greedy
+        draw_output = None if draws is None else names.GREEDY if is_greedy else names.LOGITS
+        engine.bind_outputs(dims, self._wanted(outputs, pools if cells is not None else (),
+                                               draw_output))
         clock.lap("stage")
         engine.run(_graph_key(feeds) if static else None)
         clock.lap("run")
@@ -277,9 +327,21 @@ class OrtDeviceBackend(Backend):
         result = {name: engine.fetch(name, dims) for name in outputs}
         clock.lap("fetch")
         if draws is not None:
-            result[DRAWN] = self._draw(engine, dims, draws, static)
+            result[DRAWN] = self._draw(engine, dims, draws, static, is_greedy)
             clock.lap("draw")
         return result
+
+    def _wanted(self, outputs: list[str], committed: Sequence[Pools], draw_output: str | None
+                ) -> tuple[str, ...]:
+        """The outputs a run needs: those asked for, the new keys and values of the pools it
+        commits, the one its draw reads; remembered (a decode loop asks the same each step)."""
+        key = (tuple(outputs), tuple(id(p) for p in committed), draw_output)
+        memo = self.wanted_memo.get(key)
+        if memo is None:
+            listed = [*outputs, *(n for p in committed for n in p.new_names), draw_output]
+            memo = tuple(dict.fromkeys(n for n in listed if n is not None)), tuple(committed)
+            self.wanted_memo[key] = memo  # the pools held with it: their ids stay theirs
+        return memo[0]
 
     def _gather(self, engine: DeviceEngine, gather: Gather) -> dict[str, int]:
         """Fill `gather.name`'s buffer with the pool's rows at `gather.cells` [S, Q]; bind it
@@ -290,10 +352,11 @@ class OrtDeviceBackend(Backend):
         staged = self.gather_staging[: flat.size]
         staged[:] = flat
         self.device.upload(self.gather_cells, staged)
-        self.device.gather(engine.buffers[gather.name], pools.buffers[gather.pool],
-                           self.gather_cells, gather.cells.size, pools.row_bytes)
+        buffer = engine.input_buffer(gather.name)
+        self.device.gather(buffer, pools.buffers[gather.pool], self.gather_cells,
+                           gather.cells.size, pools.row_bytes)
         shape = (*gather.cells.shape, pools.width)
-        engine.bind_external(gather.name, shape, engine.buffers[gather.name].ptr)
+        engine.bind_external(gather.name, shape, buffer.ptr)
         return step_dims({gather.name: engine.inputs[gather.name].shape},
                          {gather.name: shape})
 
@@ -304,10 +367,10 @@ class OrtDeviceBackend(Backend):
         self.device.upload(self.cells, staged)
 
     def _draw(self, engine: DeviceEngine, dims: dict[str, int], draws: Draws,
-              static: bool) -> np.ndarray:
+              static: bool, is_greedy: bool) -> np.ndarray:
         """The drawn token of every logits row: the graph's argmax when every row is greedy,
         else the sampler graph run on the device on the engine's logits."""
-        if draws.is_greedy:
+        if is_greedy:
             return engine.fetch(names.GREEDY, dims)
         if self.sampler is None:
             if self.sampler_path is None:
@@ -483,6 +546,11 @@ def _open_session(path: Path, providers: list, serialized: bytes | None = None,
     except Exception as error:  # ORT's own error types; it names the nodes it could not place
         raise InvalidArtifact(f"{path}: ONNX Runtime cannot load it on {providers[0]}: "
                               f"{error}") from error
+
+
+def _aligned(nbytes: int, to: int = 256) -> int:
+    """`nbytes` rounded up to a multiple of `to` (CUDA's allocation alignment)."""
+    return -(-nbytes // to) * to
 
 
 def _itemsize(spec: TensorSpec) -> int:

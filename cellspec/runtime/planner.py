@@ -17,6 +17,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -43,6 +45,18 @@ def plan_pieces(lengths: Sequence[int], max_width: int) -> list[Piece]:
                 by_count.setdefault(count, []).append(Chunk(run, start, count))
         pieces += [Piece(count, tuple(chunks)) for count, chunks in by_count.items()]
     return pieces
+
+
+def runs_of(seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first token and the length of each run of equal ids in a packed step [T]."""
+    starts = np.flatnonzero(np.concatenate([[True], seq_ids[1:] != seq_ids[:-1]]))
+    return starts, np.diff(np.append(starts, seq_ids.size))
+
+
+def piece_index(piece: Piece, starts: np.ndarray) -> np.ndarray:
+    """[S, Q]: the packed token of each slot of `piece` (its runs begin at `starts`)."""
+    first = np.array([starts[c.run] + c.start for c in piece.chunks])
+    return first[:, None] + np.arange(piece.width)
 
 
 @dataclass(frozen=True)

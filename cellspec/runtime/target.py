@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from cellspec.rewrite import ATTN_SEQLENS, grouped_feeds
 from cellspec.runtime.backend import TAPS_POOL, Backend, Engine, TensorSpec
 from cellspec.runtime.cell_cache import CellCache, StepPlan
 from cellspec.runtime.draws import DRAWN, Draws, make_draws
-from cellspec.runtime.planner import Piece, PieceShape, plan_pieces
+from cellspec.runtime.planner import Piece, PieceShape, piece_index, plan_pieces, runs_of
 
 
 @dataclass(frozen=True)
@@ -77,16 +78,14 @@ class TargetModel:
         """Feed tokens [T] to seq_ids [T] (one contiguous run per sequence, continuing from its
         frontier); for the tokens at logit_indices [R], draw the next token by `draws` (one per
         row) where the logits are, or, with no draws, return the logits."""
-        starts = np.flatnonzero(np.r_[True, seq_ids[1:] != seq_ids[:-1]])
-        assert np.unique(seq_ids[starts]).size == starts.size, "one run per sequence"
-        lengths = np.diff(np.r_[starts, seq_ids.size])
+        starts, lengths = runs_of(seq_ids)
+        assert len(set(seq_ids[starts].tolist())) == starts.size, "one run per sequence"
         rows = logit_indices.size
         logits = None if draws is not None else np.empty((rows, self.vocab_size), np.float32)
         drawn = np.empty(rows, np.int64) if draws is not None else None
         slot = np.full(seq_ids.size, -1, dtype=np.int64)  # token -> row-major slot in a piece
         for piece in plan_pieces(lengths.tolist(), self.max_width):
-            index = np.stack([starts[c.run] + c.start + np.arange(piece.width)
-                              for c in piece.chunks])  # [S, Q] packed token of each slot
+            index = piece_index(piece, starts)  # [S, Q] packed token of each slot
             plan, shape = self._plan(piece, seq_ids[index[:, 0]])
             slot[index] = (np.arange(index.shape[0])[:, None] * shape.width
                            + np.arange(piece.width)[None, :])
@@ -140,11 +139,18 @@ class TargetModel:
 
 def _spread(draws: Draws, rows: np.ndarray, count: int) -> Draws:
     """Draws for `count` rows: `draws` at `rows`, greedy elsewhere."""
+    if draws.is_greedy:
+        return _greedy_draws(count)
     index = np.full(count, -1, dtype=np.int64)
     index[rows] = np.arange(rows.size)
-    greedy = make_draws([(0.0, 1.0, 0, 0.0)])
-    both = Draws.concat([draws, greedy])
+    both = Draws.concat([draws, _greedy_draws(1)])
     return both.take(np.where(index >= 0, index, draws.num_rows))
+
+
+@lru_cache(maxsize=64)
+def _greedy_draws(count: int) -> Draws:
+    """`count` greedy rows (shared: Draws are never written to)."""
+    return make_draws([(0.0, 1.0, 0, 0.0)] * count)
 
 
 def check_target_graph(manifest: Manifest, engine: Engine) -> None:

@@ -22,6 +22,9 @@ class Model:
         cells = max((len(self.seqs[s]) for s in seq_ids if s != PAD_SEQ), default=0) + pad_cells
         plan = self.cache.declare_step(np.array(seq_ids), np.array(counts), width, cells)
         check_plan(self.cache, plan)
+        # the lowest free cells, in row order (the search starts at a floor: it must not skip any)
+        free = np.flatnonzero(self.cache.cell_refs[: self.cache.scratch_cell] == 0)
+        assert plan.cells[plan.is_real].tolist() == free[: sum(counts)].tolist()
         for row, seq in enumerate(seq_ids):
             for column, cell in enumerate(plan.cells[row]):
                 if seq == PAD_SEQ or column >= counts[row]:
@@ -66,10 +69,13 @@ def check_plan(cache: CellCache, plan, causal: bool = True) -> None:
 
 
 @pytest.mark.parametrize("window", [0, 3])
-@pytest.mark.parametrize("seed", range(6))
-def test_random_operations_match_reference(seed, window):
+@pytest.mark.parametrize("seed, max_cells, max_width",
+                         [(seed, 64, 3) for seed in range(6)] + [(6, 1500, 100), (7, 1500, 100)])
+def test_random_operations_match_reference(seed, window, max_cells, max_width):
+    """Small pools, and pools with steps wide enough that the free cells lie beyond the first
+    windows of the free-cell search."""
     rng = np.random.default_rng(seed)
-    cache = CellCache(64, window)
+    cache = CellCache(max_cells, window)
     model = Model(cache)
     next_seq = 0
     for _ in range(150):
@@ -96,7 +102,7 @@ def test_random_operations_match_reference(seed, window):
             model.seqs[seq] = model.seqs[seq][:pos]
         else:
             chosen = [int(s) for s in rng.choice(live, size=min(3, len(live)), replace=False)]
-            width = int(rng.integers(1, 4))
+            width = int(rng.integers(1, max_width + 1))
             counts = [int(rng.integers(1, width + 1)) for _ in chosen]
             pads = int(rng.integers(0, 3))
             if sum(counts) > cache.num_free:

@@ -236,3 +236,34 @@ def test_a_step_binds_only_what_moved(tiny_artifact):
     assert pools and pools <= set(binds[0])  # bound at the first run, and never again
     assert binds[1] and not pools & set(binds[1])  # the first decode step: a new shape
     assert binds[2:] == [[], [], []]  # the same shape (4 rows, 64 cells): nothing rebound
+
+
+def test_a_step_copies_its_inputs_to_the_device_in_one_call(tiny_artifact):
+    """The host inputs of a step (tokens, positions, cell table, mask, rows) are packed into one
+    arena: one upload for them and one for the cells the commit writes, at every step. Each
+    input is bound inside the arena, at one address per shape (so a captured CUDA graph
+    replays on the addresses it was captured with), and the tokens stay those of ort-cpu."""
+    cpu = Executor.load(tiny_artifact, max_sessions=4)
+    texts = prompts(3, seed=6)
+    alone = [run_alone(cpu, p, GREEDY, seed=1, steps=5) for p in texts]
+    backend = host_backend(tiny_artifact, 4)
+    uploads = []
+    upload = backend.device.upload
+    backend.device.upload = lambda buffer, host: (uploads.append(buffer.ptr),
+                                                  upload(buffer, host))
+    bound = Executor.load(tiny_artifact, backend=backend, max_sessions=4)
+    engine = bound.target.engine
+    sids, firsts = prefill(bound, texts, GREEDY, [1] * len(texts))
+    produced, addresses = [[token] for token in firsts], []
+    for _ in range(4):
+        uploads.clear()
+        for tokens, (token,) in zip(produced, decode(bound, sids, [p[-1] for p in produced], 1)):
+            tokens.append(token)
+        assert uploads == [engine.arena.ptr, backend.cells.ptr]
+        addresses.append({name: value[1] for (name, is_input), value
+                          in engine.main.bound.items() if is_input})
+    assert produced == alone
+    staged = {"tokens", "positions", "cell_table", "attn_mask", "logits_rows"}
+    arena = range(engine.arena.ptr, engine.arena.ptr + engine.arena.nbytes)
+    assert staged <= set(addresses[0]) and all(addresses[0][n] in arena for n in staged)
+    assert addresses[1:] == addresses[:1] * 3  # the same shape: the same addresses
