@@ -36,6 +36,34 @@ CPU_N_DRAFT = {"none": 3, "int4": 2}
 # gave 1.54x plain at batch 1, 1.2-1.5x at 2, 1.0-1.1x at 4, 0.9x at 8 and 0.73x at 16 (1.07x
 # with this limit; bench/NOTES.md). Above this many pending sessions, `ort-cpu` steps plainly.
 CPU_MAX_SPEC_BATCH = 4
+# On `ort-cuda` with CellAttention (CELLSPEC_CUDA_ATTENTION=cell) a verify of several sessions
+# costs more than with standard ops: on the H200 (the real SmolLM2 in float16, shipped draft)
+# speculation gave 1.84x / 1.83x plain at 1 session (15 / 7 proposals), 1.47x / 1.55x at 2,
+# 1.04x / 1.23x at 4 and 0.75x / 0.87x at 8; with standard ops 1.16-1.18x at 8 (bench/NOTES.md,
+# sixth sitting). So with CellAttention: 7 proposals, and at most 4 sessions speculating.
+CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 4
+
+
+def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
+                         max_spec_batch: int | None) -> tuple[int | None, int | None]:
+    """Proposals per cycle and the most sessions speculating at once, where the caller left
+    them None: what pays best on this backend (None: the executor's own default, block - 1
+    proposals and no limit)."""
+    if backend == "ort-cpu":
+        best = (CPU_N_DRAFT[manifest.target.quantization], CPU_MAX_SPEC_BATCH)
+    elif backend == "ort-cuda" and _cuda_attention() == "cell":
+        best = (CELL_N_DRAFT, CELL_MAX_SPEC_BATCH)
+    else:
+        return n_draft, max_spec_batch
+    assert manifest.draft is not None
+    return (min(best[0], manifest.draft.block_size - 1) if n_draft is None else n_draft,
+            best[1] if max_spec_batch is None else max_spec_batch)
+
+
+def _cuda_attention() -> str:
+    from cellspec.runtime.ort_device import cuda_attention
+
+    return cuda_attention()
 
 
 class LLM:
@@ -44,9 +72,10 @@ class LLM:
     prompts in the chat template (default: when the model has one). `speculation`: DFlash
     speculate-verify cycles (default: when the artifact has a draft, as the bundled model is
     exported); the text is the same either way. `n_draft`: proposals per cycle (default: block
-    size - 1, on `ort-cpu` at most CPU_N_DRAFT of the weight format). `max_spec_batch`: the
-    most sessions that speculate in one step; with more, the step is plain (default: no limit,
-    CPU_MAX_SPEC_BATCH on `ort-cpu`)."""
+    size - 1, on `ort-cpu` at most CPU_N_DRAFT of the weight format, on `ort-cuda` with
+    CellAttention at most CELL_N_DRAFT). `max_spec_batch`: the most sessions that speculate in
+    one step; with more, the step is plain (default: no limit, CPU_MAX_SPEC_BATCH on `ort-cpu`,
+    CELL_MAX_SPEC_BATCH with CellAttention)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
@@ -68,12 +97,8 @@ class LLM:
                       max_session_tokens=max_session_tokens, threads=threads)
         self.executor: Executor | DFlashExecutor
         if has_draft and speculation is not False:
-            if backend == "ort-cpu":
-                if n_draft is None:
-                    n_draft = min(CPU_N_DRAFT[manifest.target.quantization],
-                                  manifest.draft.block_size - 1)
-                if max_spec_batch is None:
-                    max_spec_batch = CPU_MAX_SPEC_BATCH
+            n_draft, max_spec_batch = speculation_defaults(backend, manifest, n_draft,
+                                                           max_spec_batch)
             self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft,
                                                 max_spec_batch=max_spec_batch)
         elif n_draft is not None or max_spec_batch is not None:

@@ -134,6 +134,27 @@ def test_cpu_speculates_few_proposals_by_default(tmp_path_factory):
     assert int4.generate([PROMPTS[0]], params)[0].token_ids == expected[0].token_ids
 
 
+def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypatch):
+    """What the caller leaves None is set per backend: ort-cpu few proposals and at most 4
+    sessions; ort-cuda with CellAttention 7 proposals and at most 4 sessions; ort-cuda with
+    standard-op attention the executor's own (block - 1, no limit). Given values are kept."""
+    from cellspec.artifact import Manifest
+    from cellspec.llm import speculation_defaults
+
+    small = Manifest.load(chat_dflash_artifact)  # a block of 4: at most 3 proposals
+    assert small.draft.block_size == 4
+    manifest = dataclasses.replace(small, draft=dataclasses.replace(small.draft, block_size=16))
+    assert speculation_defaults("ort-cpu", manifest, None, None) == (3, 4)
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
+    assert speculation_defaults("ort-cuda", manifest, None, None) == (7, 4)
+    assert speculation_defaults("ort-cuda", small, None, None) == (3, 4)
+    assert speculation_defaults("ort-cuda", manifest, 12, 8) == (12, 8)
+    monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION")
+    assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None)
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")
+    assert speculation_defaults("ort-cuda", manifest, 5, None) == (5, None)
+
+
 def test_a_draft_with_a_proposal_vocab_changes_no_token(tmp_path_factory):
     """A draft proposing from a third of the vocabulary only (proposal_vocab.json): its
     artifact's draft_block logits are that wide, and speculation still equals plain decoding."""

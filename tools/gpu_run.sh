@@ -354,10 +354,13 @@ case "${1:-}" in
         | tail -6
     ;;
   real-batches)  # the real SmolLM2 plain vs speculative at 1, 2, 4 and 8 sessions, each mode
+                 # (N_DRAFT=default: the LLM's defaults of proposals and max_spec_batch)
     python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    drafts="--n-draft ${N_DRAFT:-15,7}"
+    [ "${N_DRAFT:-}" = default ] && drafts=""
     for mode in ${MODES:-decomposed cell}; do
       CELLSPEC_CUDA_ATTENTION=$mode python3 tools/gpu_bench.py smollm2 --dtype float16 \
-          --draft "$SHIPPED" --n-draft 15,7 --batches 1,2,4,8 --tokens 96 \
+          --draft "$SHIPPED" $drafts --batches 1,2,4,8 --tokens 96 \
           --out "$OUT"/batches-$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -12
     done
     ;;

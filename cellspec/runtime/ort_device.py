@@ -439,10 +439,14 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     # SwiGlu) is opt-in: faster decode steps and float16 invariance, slower wide ones
     # (docs/design.md, bench/NOTES.md); "cuda"
     # (GroupQueryAttention) changed float16 tokens between a batch of 8 and each alone.
-    attention = os.environ.get("CELLSPEC_CUDA_ATTENTION", "decomposed")
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
-                            sampler, attention)
+                            sampler, cuda_attention())
+
+
+def cuda_attention() -> str:
+    """How `ort-cuda` runs attention: CELLSPEC_CUDA_ATTENTION, default "decomposed" (above)."""
+    return os.environ.get("CELLSPEC_CUDA_ATTENTION", "decomposed")
 
 
 # use_tf32 off: ONNX Runtime's CUDA provider otherwise runs float32 MatMuls on TF32 tensor
