@@ -183,6 +183,9 @@ class CellCache:
         new_cells = plan.cells[is_real]
         self.cell_pos[new_cells] = plan.positions[is_real]
         self.cell_refs[new_cells] += 1
+        if (new_cells.size and new_cells[0] == self._free_floor
+                and new_cells[-1] - new_cells[0] + 1 == new_cells.size):
+            self._free_floor += new_cells.size  # the block at the floor is used now
         for row, (seq, count) in enumerate(zip(plan.seq_ids.tolist(), plan.counts.tolist())):
             if count:
                 self._append(seq, plan.cells[row, :count])
@@ -231,8 +234,11 @@ class CellCache:
     def _lowest_free(self, count: int) -> np.ndarray:
         """The `count` lowest free cells, searched from `_free_floor` (every cell below it is
         used) in growing windows, rather than over the whole pool at every step."""
+        floor = self._free_floor
+        if floor + count <= self.scratch_cell and not self.cell_refs[floor: floor + count].any():
+            return np.arange(floor, floor + count)  # the usual case: the cells after the floor
         found, total = [], 0
-        start, window = self._free_floor, max(256, 4 * count)
+        start, window = floor, max(256, 4 * count)
         while total < count and start < self.scratch_cell:
             end = min(start + window, self.scratch_cell)
             free = np.flatnonzero(self.cell_refs[start:end] == 0)

@@ -49,8 +49,14 @@ def plan_pieces(lengths: Sequence[int], max_width: int) -> list[Piece]:
 
 def runs_of(seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The first token and the length of each run of equal ids in a packed step [T]."""
-    starts = np.flatnonzero(np.concatenate([[True], seq_ids[1:] != seq_ids[:-1]]))
-    return starts, np.diff(np.append(starts, seq_ids.size))
+    change = np.empty(seq_ids.size, dtype=bool)  # filled in place: a decode step calls this
+    change[:1] = True
+    np.not_equal(seq_ids[1:], seq_ids[:-1], out=change[1:])
+    starts = np.flatnonzero(change)
+    lengths = np.empty_like(starts)
+    lengths[:-1] = starts[1:] - starts[:-1]
+    lengths[-1:] = seq_ids.size - starts[-1:]
+    return starts, lengths
 
 
 def piece_index(piece: Piece, starts: np.ndarray) -> np.ndarray:
