@@ -49,21 +49,17 @@ def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
     """Proposals per cycle and the most sessions speculating at once, where the caller left
     them None: what pays best on this backend (None: the executor's own default, block - 1
     proposals and no limit)."""
+    from cellspec.runtime.ort_device import cuda_attention  # imported with a backend, not cellspec
+
     if backend == "ort-cpu":
         best = (CPU_N_DRAFT[manifest.target.quantization], CPU_MAX_SPEC_BATCH)
-    elif backend == "ort-cuda" and _cuda_attention() == "cell":
+    elif backend == "ort-cuda" and cuda_attention() == "cell":
         best = (CELL_N_DRAFT, CELL_MAX_SPEC_BATCH)
     else:
         return n_draft, max_spec_batch
     assert manifest.draft is not None
     return (min(best[0], manifest.draft.block_size - 1) if n_draft is None else n_draft,
             best[1] if max_spec_batch is None else max_spec_batch)
-
-
-def _cuda_attention() -> str:
-    from cellspec.runtime.ort_device import cuda_attention
-
-    return cuda_attention()
 
 
 class LLM:

@@ -252,7 +252,7 @@ class CellCache:
             start, window = end, 2 * window
         if total < count:
             raise InvalidArgument(f"step needs {count} cells, {total} are free")
-        return np.concatenate(found)[:count] if found else np.zeros(0, np.int64)
+        return np.concatenate(found)[:count]  # count > 0 here: found is not empty
 
     def _make_masks(self, positions: np.ndarray, is_real: np.ndarray, lengths: np.ndarray,
                     num_cells: int, causal: bool) -> tuple[np.ndarray, np.ndarray | None]:

@@ -149,8 +149,11 @@ def _spread(draws: Draws, rows: np.ndarray, count: int) -> Draws:
 
 @lru_cache(maxsize=64)
 def _greedy_draws(count: int) -> Draws:
-    """`count` greedy rows (shared: Draws are never written to)."""
-    return make_draws([(0.0, 1.0, 0, 0.0)] * count)
+    """`count` greedy rows (shared, so read-only)."""
+    draws = make_draws([(0.0, 1.0, 0, 0.0)] * count)
+    for column in (draws.temperature, draws.top_p, draws.top_k, draws.uniform):
+        column.flags.writeable = False
+    return draws
 
 
 def check_target_graph(manifest: Manifest, engine: Engine) -> None:
