@@ -340,6 +340,27 @@ case "${1:-}" in
         --shapes A --batches 1,8 --steps 64 --profile --out "$OUT/prof" --work "$WORK" 2>&1 \
         | grep -v "plugin EP" | tail -2
     ;;
+  kernel)  # CellAttention's kernel against BASE's (.gpu/base: an older cellspec/, tools/,
+           # tests/reference/): the GPU tests, steps on SHAPES (A,B) alternating ROUNDS times,
+           # then a DFlash cycle on A with each
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    [ -n "${SKIP_TESTS:-}" ] || CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider \
+        -W ignore tests/gpu 2>&1 | tee "$OUT"/gpu_tests.log | tail -3
+    for round in ${ROUNDS:-1 2}; do
+      for tree in .gpu/base .; do
+        name=$([ "$tree" = . ] && echo new || echo base)
+        (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps \
+            --shapes "${SHAPES:-A,B}" --batches 1,8,32 --out "$OUT/steps-$name-$round" \
+            --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -6)
+      done
+    done
+    [ -n "${SKIP_DFLASH:-}" ] || for tree in .gpu/base .; do
+      name=$([ "$tree" = . ] && echo new || echo base)
+      (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py dflash --shape A \
+          --with-draft --out "$OUT/dflash-$name" --work "$WORK/spec" 2>&1 \
+          | grep -v "plugin EP" | tail -2)
+    done
+    ;;
   host-cycle)  # DFlash cycles on A (a random draft) with BASE and this checkout, CellAttention;
                # the real SmolLM2 plain vs speculative; GenAI on A (.peer carried)
     python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4

@@ -115,15 +115,21 @@ __device__ __forceinline__ float fold(const float* warp_parts) {
 
 // a key row's 16-byte vectors loaded before they are used (else one dependent load at a time)
 constexpr int kKeyLoads = 8;
+// the weighted sum's stage: kStageBytes of values, each thread loading kStageLoads 16-byte
+// vectors of it; and keys summed per batch of reads
+constexpr int kStageBytes = 8192;
+constexpr int kStageLoads = kStageBytes / 16 / kChunk;
+constexpr int kSumKeys = 8;
 
 // One block per (sequence, tile of `rows` of its query rows, group of `heads` query heads of one
 // kv head, chunk of kChunk keys): for each (row, head) pair of the block, the max, the sum of
 // exp and the weighted sum of the chunk's keys, written as the output when the step has one
 // chunk, else as partials for combine_kernel. Thread t holds key t (loaded once for the block's
-// heads; the rows of a tile read it again, from L1); the values are staged in shared memory a
-// few keys at a time, and for the weighted sum the threads form kChunk / D groups of D lanes,
-// group g summing keys g, g + groups, ... for lane d, the groups then added in order. A pair's arithmetic is the same whatever the tile and group it is in, so
-// the launch shape (chosen per step for occupancy) cannot change a result.
+// heads; the rows of a tile read it again, from L1); the values are staged in shared memory
+// kStageBytes at a time, and for the weighted sum the threads form kChunk / D groups of D lanes,
+// group g summing keys g, g + groups, ... for lane d, the groups then added in order. A pair's
+// arithmetic is the same whatever the tile and group it is in, so the launch shape (chosen per
+// step for occupancy) cannot change a result.
 template <typename T>
 __global__ void __launch_bounds__(kChunk) chunk_kernel(
     const T* __restrict__ q, const T* __restrict__ k_new, const T* __restrict__ v_new,
@@ -136,18 +142,22 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
   __shared__ int new_col[kMaxRows][kChunk];         // the new token holding a key slot, -1 none
   __shared__ const T* key_rows[kMaxRows][kChunk];   // a row's key for each key slot, null: none
   __shared__ const T* value_rows[kMaxRows][kChunk];  // and its value
-  __shared__ __align__(16) T stage[64 / sizeof(T)][kMaxHeadDim];  // values being summed
+  constexpr int kStageItems = kStageBytes / sizeof(T);
+  __shared__ __align__(16) T stage[kStageItems];     // values being summed, key-major
   __shared__ float stats[kMaxPairs][2];             // each pair's max and sum of exp
   __shared__ float max_part[kMaxPairs][kWarps], sum_part[kMaxPairs][kWarps];
 
-  const int64_t head_groups = dm.H / dm.heads;
-  int64_t block = blockIdx.x;
-  const int64_t c = block % dm.chunks;
-  block /= dm.chunks;
-  const int64_t h0 = (block % head_groups) * dm.heads;
+  // the block's indices in 32 bits (a 64-bit division is a call of ~100 instructions)
+  const unsigned head_groups = static_cast<unsigned>(dm.H / dm.heads);
+  const unsigned chunks = static_cast<unsigned>(dm.chunks);
+  const unsigned row_tiles = static_cast<unsigned>(dm.row_tiles);
+  unsigned block = blockIdx.x;
+  const int64_t c = block % chunks;
+  block /= chunks;
+  const int64_t h0 = static_cast<int64_t>(block % head_groups) * dm.heads;
   block /= head_groups;
-  const int64_t r0 = (block % dm.row_tiles) * dm.rows;
-  const int64_t s = block / dm.row_tiles;
+  const int64_t r0 = static_cast<int64_t>(block % row_tiles) * dm.rows;
+  const int64_t s = block / row_tiles;
   const int rows = static_cast<int>(dm.Q - r0 < dm.rows ? dm.Q - r0 : dm.rows);
   const int heads = dm.heads;
   const int pairs = rows * heads;
@@ -168,20 +178,26 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
   for (int r = 0; r < rows; ++r) {  // a row sees at most one new token per key
     const bool* mask_row = mask + (s * dm.Q + r0 + r) * (dm.N + dm.Q);
     for (int64_t i = t; i < dm.Q; i += kChunk) {
+      const bool sees = mask_row[dm.N + i];  // loaded with the position, not after it
       const int64_t at = dm.by_position ? positions[s * dm.Q + i] : dm.N + i;
-      if (at >= first && at < first + kChunk && mask_row[dm.N + i]) new_col[r][at - first] = i;
+      if (at >= first && at < first + kChunk && sees) new_col[r][at - first] = i;
     }
   }
   __syncthreads();
 
-  // each row's key and value for key t (null where the row does not see it)
+  // each row's key and value for key t (null where the row does not see it); the key's cell and
+  // the rows' mask bits are loaded together, not one after another
+  const int64_t cell = key < dm.N ? cell_table[s * dm.N + key] : 0;
+  bool sees_cell[kMaxRows];
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r)
+    sees_cell[r] = r < rows && key < dm.N && mask[(s * dm.Q + r0 + r) * (dm.N + dm.Q) + key];
   bool any = false;
-#pragma unroll 1
-  for (int r = 0; r < rows; ++r) {
-    const bool* mask_row = mask + (s * dm.Q + r0 + r) * (dm.N + dm.Q);
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) {
+    if (r >= rows) break;
     const T *key_row = nullptr, *val_row = nullptr;
-    if (key < dm.N && mask_row[key]) {
-      const int64_t cell = cell_table[s * dm.N + key];
+    if (sees_cell[r]) {
       key_row = k_pool + cell * kv_width + kv_offset;
       val_row = v_pool + cell * kv_width + kv_offset;
     } else if (new_col[r][t] >= 0) {
@@ -268,36 +284,62 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
     stats[t][1] = fold<false>(sum_part[t]);
   }
 
-  // the weighted sum: a row's values staged kStage keys at a time in shared memory (16-byte
-  // loads, all in flight), then summed from there
-  constexpr int kStage = 64 / sizeof(T);  // keys per stage: 16 float32 or 32 float16 rows
+  // the weighted sum: a row's values staged `stage_keys` keys at a time in shared memory (each
+  // thread's 16-byte loads all in flight), then summed from there eight keys at a time (their
+  // values and weights read before the chain of FMAs, which keeps its order: keys g_id,
+  // g_id + groups, ... of the chunk for lane d of group g_id)
   const int groups = kChunk / D;
   const int g_id = t / D, lane = t % D;
   const int vectors = D / Vec<T>::kSize;  // 16-byte vectors per row
+  int stage_keys = kChunk;  // a power of two: a multiple of groups, a divisor of kChunk
+  while (stage_keys * D > kStageItems) stage_keys /= 2;
+  const int stage_vectors = stage_keys * vectors;
 #pragma unroll 1
   for (int r = 0; r < rows; ++r) {
     float acc[kMaxHeads];
 #pragma unroll
     for (int g = 0; g < kMaxHeads; ++g) acc[g] = 0.f;
 #pragma unroll 1
-    for (int first_key = 0; first_key < kChunk; first_key += kStage) {
+    for (int first_key = 0; first_key < kChunk; first_key += stage_keys) {
       __syncthreads();  // the previous stage read
-      for (int i = t; i < kStage * vectors; i += kChunk) {
-        const int j = i / vectors, v = i % vectors;
-        const T* val_row = value_rows[r][first_key + j];
-        uint4 raw = make_uint4(0, 0, 0, 0);
-        if (val_row != nullptr) raw = *reinterpret_cast<const uint4*>(val_row + v * Vec<T>::kSize);
-        *reinterpret_cast<uint4*>(&stage[j][v * Vec<T>::kSize]) = raw;
+      uint4 raw[kStageLoads];
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u) {
+        const int i = t + u * kChunk;
+        raw[u] = make_uint4(0, 0, 0, 0);
+        if (i < stage_vectors) {
+          const T* val_row = value_rows[r][first_key + i / vectors];
+          if (val_row != nullptr)
+            raw[u] = *reinterpret_cast<const uint4*>(val_row + (i % vectors) * Vec<T>::kSize);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u) {
+        const int i = t + u * kChunk;
+        if (i < stage_vectors) *reinterpret_cast<uint4*>(&stage[i * Vec<T>::kSize]) = raw[u];
       }
       __syncthreads();
       if (g_id < groups) {
-        for (int j = g_id; j < kStage; j += groups) {
-          const float value = to_float(stage[j][lane]);
+#pragma unroll 1
+        for (int j0 = g_id; j0 < stage_keys; j0 += kSumKeys * groups) {
+          // reads clamped into the stage (so all are issued at once); keys past it weigh 0
+          int key_at[kSumKeys];
+          float value[kSumKeys];
+#pragma unroll
+          for (int u = 0; u < kSumKeys; ++u) {
+            key_at[u] = min(j0 + u * groups, stage_keys - 1);
+            value[u] = to_float(stage[key_at[u] * D + lane]);
+          }
 #pragma unroll
           for (int g = 0; g < kMaxHeads; ++g) {
             if (g >= heads) continue;
-            const float w = weight[r * heads + g][first_key + j];
-            if (w != 0.f) acc[g] = fmaf(w, value, acc[g]);  // a weight-0 row may hold anything
+            float w[kSumKeys];
+#pragma unroll
+            for (int u = 0; u < kSumKeys; ++u) w[u] = weight[r * heads + g][first_key + key_at[u]];
+#pragma unroll
+            for (int u = 0; u < kSumKeys; ++u)  // a weight-0 row may hold anything
+              if (w[u] != 0.f && j0 + u * groups < stage_keys)
+                acc[g] = fmaf(w[u], value[u], acc[g]);
           }
         }
       }
@@ -329,29 +371,49 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
   }
 }
 
-// one block per (token row, head): the chunks' partials in index order
+// one block per (token row, head): the chunks' partials in index order. The chunks' maxima and
+// sums are read into shared memory at once, and each lane's values kCombineLoads chunks at a
+// time, before the sums that use them (which keep the chunks' order).
+constexpr int kCombineLoads = 8;
+
 template <typename T>
 __global__ void combine_kernel(const float* __restrict__ partials, Dims dm, T* __restrict__ out) {
+  extern __shared__ float chunk_stats[];  // [chunks][2]: each chunk's max and sum of exp
   const int64_t row_head = blockIdx.x;
-  const float* base = partials + row_head * dm.chunks * (dm.D + 2);
-  float m = -INFINITY;
-  for (int64_t c = 0; c < dm.chunks; ++c) {
-    const float* part = base + c * (dm.D + 2);
-    if (part[1] > 0.f) m = fmaxf(m, part[0]);
+  const int64_t stride = dm.D + 2;
+  const float* base = partials + row_head * dm.chunks * stride;
+  for (int64_t c = threadIdx.x; c < dm.chunks; c += blockDim.x) {
+    chunk_stats[2 * c] = base[c * stride];
+    chunk_stats[2 * c + 1] = base[c * stride + 1];
   }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int64_t c = 0; c < dm.chunks; ++c)
+    if (chunk_stats[2 * c + 1] > 0.f) m = fmaxf(m, chunk_stats[2 * c]);
   for (int64_t d = threadIdx.x; d < dm.D; d += blockDim.x) {
     float l = 0.f, acc = 0.f;
-    for (int64_t c = 0; c < dm.chunks; ++c) {
-      const float* part = base + c * (dm.D + 2);
-      if (part[1] > 0.f) {
-        const float f = expf(part[0] - m);
-        l += part[1] * f;
-        acc += part[2 + d] * f;
+    for (int64_t c0 = 0; c0 < dm.chunks; c0 += kCombineLoads) {
+      float value[kCombineLoads];
+#pragma unroll
+      for (int u = 0; u < kCombineLoads; ++u)
+        value[u] = c0 + u < dm.chunks ? base[(c0 + u) * stride + 2 + d] : 0.f;
+#pragma unroll
+      for (int u = 0; u < kCombineLoads; ++u) {
+        const int64_t c = c0 + u;
+        if (c < dm.chunks && chunk_stats[2 * c + 1] > 0.f) {
+          const float f = expf(chunk_stats[2 * c] - m);
+          l += chunk_stats[2 * c + 1] * f;
+          acc += value[u] * f;
+        }
       }
     }
     out[row_head * dm.D + d] = from_float<T>(l > 0.f ? acc / l : 0.f);
   }
 }
+
+// combine_kernel's shared memory: two floats per chunk, within the 48 KB a launch gets by default
+constexpr size_t kMaxCombineBytes = 48 * 1024;
+size_t combine_bytes(const Dims& dm) { return static_cast<size_t>(dm.chunks) * 2 * sizeof(float); }
 
 // qkv [rows, (H + 2 KV) * D] -> q [rows, H * D] and k [rows, KV * D] rotated by each row's
 // position (rotate-half, as opset-23 RotaryEmbedding with interleaved 0 over cos / sin caches
@@ -513,6 +575,10 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
     return error("attn_mask " + shape_text(mask) + ", expected [S, 1, Q, N + Q] for q " +
                  shape_text(q_shape) + " and cell_table " + shape_text(table));
   dm.chunks = (dm.N + dm.Q + kChunk - 1) / kChunk;
+  if (combine_bytes(dm) > kMaxCombineBytes)
+    return error("a step of " + std::to_string(dm.N + dm.Q) + " keys (cells and new tokens); " +
+                 "CellAttention reads at most " +
+                 std::to_string(kMaxCombineBytes / (2 * sizeof(float)) * kChunk));
   auto out = ctx.GetOutput(out_index, q_shape);
   const int64_t row_heads = dm.S * dm.Q * dm.H;
   auto partials = ctx.GetOutput(partials_index, {row_heads * dm.chunks * (dm.D + 2)});
@@ -527,8 +593,8 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
       out.GetTensorMutableData<T>());
   if (dm.chunks > 1) {
     const int threads = dm.D < 128 ? static_cast<int>(dm.D) : 128;
-    combine_kernel<T><<<row_heads, threads, 0, stream>>>(partials.GetTensorData<float>(), dm,
-                                                         out.GetTensorMutableData<T>());
+    combine_kernel<T><<<row_heads, threads, combine_bytes(dm), stream>>>(
+        partials.GetTensorData<float>(), dm, out.GetTensorMutableData<T>());
   }
   return launched();
 }
@@ -622,7 +688,9 @@ struct RotaryAttentionKernel : AttentionKernel<T> {
     auto q = ctx.GetOutput(3, {S, Q, H * D});
     if (S * Q > 0) {
       auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
-      rotary_split_kernel<T><<<S * Q, 128, 0, stream>>>(
+      // a warp per head, up to 32 of them
+      const int threads = static_cast<int>(std::min<int64_t>(1024, 32 * (H + KV)));
+      rotary_split_kernel<T><<<S * Q, threads, 0, stream>>>(
           ctx.GetInput(0).GetTensorData<T>(), ctx.GetInput(1).GetTensorData<T>(),
           ctx.GetInput(2).GetTensorData<T>(), ctx.GetInput(7).GetTensorData<int64_t>(), cos[0],
           norms[0], norms[1], epsilon, H, KV, D, q.GetTensorMutableData<T>(),
