@@ -151,5 +151,8 @@ int main() {
   run<__half>(1, 1, 1024, 32, 8, 128, 0, 0, 200);
   run<__half>(8, 1, 1024, 32, 8, 128, 0, 0, 200);
   run<__half>(8, 256, 256, 9, 3, 64, 0, 0, 20);
+  // float32, whose rows are twice as wide (the largest staging buffer at head size 128)
+  run<float>(1, 1, 1024, 32, 8, 128, 0, 0, 100);
+  run<float>(8, 16, 1024, 9, 3, 64, 0, 0, 50);
   return 0;
 }
