@@ -1,10 +1,11 @@
 """Drafts shipped with cellspec: a DFlash draft (z-lab format) for the bundled
 SmolLM2-135M-Instruct, trained by self-distillation with tools/train_dflash.py (the recipe, data
-and measurements are in bench/NOTES.md). `LLM(speculation=True)` and `cellspec generate
---speculation` on the bundled model export it with a float32 target and speculate with it; plain
-decoding (the default) uses an int4 export without it. Its proposal_vocab.json (the 16,384 tokens
-most frequent in its training answers) narrows the draft's LM head to those rows; the verify
-keeps the text exact whatever it proposes."""
+and measurements are in bench/NOTES.md). The bundled model's export always includes it
+(`model_cache.bundled_export`, int4); `LLM()` and `cellspec generate` speculate with it by
+default, and `speculation=False` / `--no-speculation` decode the same export plainly. Its
+proposal_vocab.json (the 16,384 tokens most frequent in its training answers) narrows the
+draft's LM head to those rows, the int4 head's blocks included; the verify keeps the text exact
+whatever it proposes."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ head are the target's (`Embeddings`), shared in the one WeightStore.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ from cellspec.export.arch import Hparams, rope_inv_freq
 from cellspec.export.draft_checkpoint import DraftCheckpoint, load_draft
 from cellspec.export.graph import (
     GraphBuilder,
+    Linear,
     QuantLinear,
     make_embedding,
     make_head_norm,
@@ -149,9 +151,8 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
     if vocab is None:
         logits = make_lm_head(g, flat, borrow(g, store, embeddings.head))
     else:  # the head's rows of the proposable ids only, stored once as their own initializer
-        head = store.read(embeddings.head)
-        rows = g.weight(store.add(PROPOSAL_HEAD, np.ascontiguousarray(head[list(vocab)])))
-        logits = make_lm_head(g, flat, rows, name="/proposal_head")
+        logits = make_lm_head(g, flat, proposal_head(g, store, embeddings.head, vocab),
+                              name="/proposal_head")
     g.output(logits, names.LOGITS, "float32",
              ["O * P", target.vocab_size if vocab is None else len(vocab)])
     # flat, owner-major: a Reshape to [O, P] would need P as a shape tensor (Shape -> Concat),
@@ -166,12 +167,25 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
 
 
 def proposal_vocab(draft: DraftCheckpoint, embeddings: Embeddings) -> tuple[int, ...] | None:
-    """The ids the draft_block graph proposes from, None for all of them: a draft's
-    proposal_vocab.json applies where the target's LM head is a dense matrix (a block-quantized
-    head keeps the whole vocabulary)."""
-    if draft.proposal_vocab is None or isinstance(embeddings.head, QuantLinear):
-        return None
+    """The ids the draft_block graph proposes from (its proposal_vocab.json), None for all."""
     return draft.proposal_vocab
+
+
+def proposal_head(g: GraphBuilder, store: WeightStore, head: Linear,
+                  vocab: tuple[int, ...]) -> Linear:
+    """The target head's rows of the `vocab` ids, added to `store` once under PROPOSAL_HEAD: a
+    dense [K, H] matrix, or the blocks of those rows (every array of a block-quantized head
+    is by row, but for Q4_1's offsets, [num_blocks, N], which are by column)."""
+    ids = np.asarray(vocab, dtype=np.int64)
+    if not isinstance(head, QuantLinear):
+        return g.weight(store.add(PROPOSAL_HEAD, np.ascontiguousarray(store.read(head)[ids])))
+    rows = dataclasses.replace(head, prefix=PROPOSAL_HEAD, out_features=len(ids))
+    for suffix in ("qweight", "scales", "zero_points", "offsets"):
+        if head.initializer(suffix) in store:
+            array = store.read(head.initializer(suffix))
+            picked = array[:, ids] if suffix == "offsets" else array[ids]
+            g.weight(store.add(rows.initializer(suffix), np.ascontiguousarray(picked)))
+    return rows
 
 
 def export_draft(draft: str | Path | DraftCheckpoint, target: Hparams, embeddings: Embeddings,

@@ -25,6 +25,9 @@ from cellspec import artifact  # noqa: E402
 from cellspec.errors import InvalidCheckpoint  # noqa: E402
 from cellspec.export.arch import read_hparams  # noqa: E402
 from cellspec.export.draft import BLOCK_GRAPH, CONTEXT_GRAPH, export_draft  # noqa: E402
+from cellspec.export.graph import Linear  # noqa: E402
+from cellspec.export.quant import BlockQuantized, from_gguf_tensor, quantize_rtn  # noqa: E402
+from cellspec.export.quant_graph import initializers, quant_linear  # noqa: E402
 from cellspec.export.target import EMBED_WEIGHT, LM_HEAD_WEIGHT, Embeddings  # noqa: E402
 from cellspec.export.weights import WeightStore  # noqa: E402
 from tests.reference.dflash_ref import DFlashDraftRef, draft_logits, make_config  # noqa: E402
@@ -69,9 +72,9 @@ def reference_tensors(model: DFlashDraftRef, prefix: str = "") -> dict[str, np.n
 def export_to(folder: Path, config: dict[str, Any], tensors: dict[str, np.ndarray],
               target_config: dict[str, Any] | None = None,
               target_weights: tuple[np.ndarray, np.ndarray] | None = None,
-              proposal_vocab: str | None = None):
+              proposal_vocab: str | None = None, quantized_head: BlockQuantized | None = None):
     """Write the draft (and the text of its proposal_vocab.json, if given), export it next to a
-    stand-in target (embedding + LM head in the store)."""
+    stand-in target (embedding + LM head in the store; the head as blocks if quantized_head)."""
     draft_dir = write_draft(folder / "draft", config, tensors)
     if proposal_vocab is not None:
         (draft_dir / "proposal_vocab.json").write_text(proposal_vocab)
@@ -81,9 +84,15 @@ def export_to(folder: Path, config: dict[str, Any], tensors: dict[str, np.ndarra
     embed, head = target_weights or (np.zeros((VOCAB, HIDDEN), np.float32),) * 2
     with WeightStore(out) as store:
         store.add(EMBED_WEIGHT, embed)
-        store.add(LM_HEAD_WEIGHT, head)
+        head_weight: Linear = LM_HEAD_WEIGHT
+        if quantized_head is None:
+            store.add(LM_HEAD_WEIGHT, head)
+        else:
+            for name, array in initializers(quantized_head, "target.lm_head").items():
+                store.add(name, array)
+            head_weight = quant_linear(quantized_head, "target.lm_head")
         method, geometry = export_draft(draft_dir, target,
-                                        Embeddings(EMBED_WEIGHT, LM_HEAD_WEIGHT), store, out,
+                                        Embeddings(EMBED_WEIGHT, head_weight), store, out,
                                         max_cells=MAX_CELLS, max_context=64)
     return out, method, geometry
 
@@ -235,6 +244,60 @@ def test_a_proposal_vocab_restricts_the_head_to_its_ids(tmp_path):
     assert proposals.tolist() == ids[np.argmax(want[:, ids], axis=-1)].tolist()
     full = np.argmax(want, axis=-1)
     assert not np.isin(full, ids).all()  # some row's best token is not proposable: replaced
+
+
+def q4_1_head(rng: np.random.Generator) -> BlockQuantized:
+    """A [VOCAB, HIDDEN] head as GGUF Q4_1 blocks (float16 d and m, then 16 bytes of nibbles per
+    32 weights), read as the export reads them: 4-bit codes with Q4_1's offsets."""
+    blocks = HIDDEN // 32
+    raw = np.zeros((VOCAB, blocks, 20), np.uint8)
+    raw[..., :2] = rng.uniform(0.01, 0.05, (VOCAB, blocks)).astype(np.float16)[..., None].view(
+        np.uint8)
+    raw[..., 2:4] = rng.uniform(-0.4, -0.1, (VOCAB, blocks)).astype(np.float16)[..., None].view(
+        np.uint8)
+    raw[..., 4:] = rng.integers(0, 256, (VOCAB, blocks, 16))
+
+    class Tensor:  # what from_gguf_tensor reads of a gguf.GGUFReader tensor
+        tensor_type = type("T", (), {"name": "Q4_1"})()
+        shape = (HIDDEN, VOCAB)
+        data = raw.reshape(VOCAB, -1)
+
+    quantized = from_gguf_tensor(Tensor())
+    assert quantized is not None and quantized.offsets is not None
+    return quantized
+
+
+@pytest.mark.parametrize("kind", ["8-bit", "4-bit", "Q4_1"])
+def test_a_proposal_vocab_narrows_a_block_quantized_head(tmp_path, kind):
+    """With the target's head in blocks (as int4 exports have), the proposal head holds the
+    blocks of the ids' rows: its logits are the whole head's logits at those ids, and each
+    proposal is the id of their argmax. The three forms store their arrays differently (8-bit
+    codes and zero points, 4-bit codes and packed zero points, Q4_1's offsets by column)."""
+    rng = np.random.default_rng(3)
+    model = make_reference()
+    embed = rng.normal(size=(VOCAB, HIDDEN)).astype(np.float32)
+    dense = (0.3 * rng.normal(size=(VOCAB, HIDDEN))).astype(np.float32)
+    head = {"8-bit": lambda: quantize_rtn(dense, bits=8), "4-bit": lambda: quantize_rtn(dense),
+            "Q4_1": lambda: q4_1_head(rng)}[kind]()
+    ids = np.sort(rng.choice(VOCAB, size=40, replace=False))
+    taps = rng.normal(size=(6, NUM_TAPS * HIDDEN)).astype(np.float32)
+    cells = rng.permutation(np.arange(1, MAX_CELLS))[:6]
+    tokens = np.array([[17, MASK, MASK, MASK]])
+    results = {}
+    for name, vocab in (("whole", None), ("narrow", json.dumps({"token_ids": ids.tolist()}))):
+        (tmp_path / name).mkdir()
+        out, method, geometry = export_to(tmp_path / name, DRAFT_CONFIG, reference_tensors(model),
+                                          target_weights=(embed, dense), proposal_vocab=vocab,
+                                          quantized_head=head)
+        assert method.proposal_vocab_size == (0 if vocab is None else len(ids))
+        draft = Draft(out, method.num_layers, geometry[0].kv_heads, geometry[0].head_dim)
+        draft.commit(taps, np.arange(6), cells)
+        results[name] = draft.run_block(tokens, cells[None], [6], [6], rows=[1, 2, 3])
+    (whole, _), (narrow, proposals) = results["whole"], results["narrow"]
+    assert whole.shape == (3, VOCAB) and narrow.shape == (3, len(ids))
+    np.testing.assert_allclose(narrow, whole[:, ids], rtol=1e-6, atol=1e-6)
+    assert proposals.tolist() == ids[np.argmax(narrow, axis=-1)].tolist()
+    assert not np.isin(np.argmax(whole, axis=-1), ids).all()  # a whole-head best is replaced
 
 
 @pytest.mark.parametrize(("text", "message"), [
