@@ -147,7 +147,7 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
     normed, _ = make_skip_rms_norm(g, x, residual, w.plain("norm.weight", (hp.hidden_size,)),
                                    hp.rms_eps, "/norm")
     flat = g.node("Reshape", [normed, g.const([-1, hp.hidden_size])], name="/rows/Flat")
-    vocab = proposal_vocab(draft, embeddings)
+    vocab = draft.proposal_vocab
     if vocab is None:
         logits = make_lm_head(g, flat, borrow(g, store, embeddings.head))
     else:  # the head's rows of the proposable ids only, stored once as their own initializer
@@ -164,11 +164,6 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
                       name="/proposals/Ids", axis=0, outputs=[names.PROPOSALS])
     g.output(best, names.PROPOSALS, "int64", ["O * P"])
     return g.make_model()
-
-
-def proposal_vocab(draft: DraftCheckpoint, embeddings: Embeddings) -> tuple[int, ...] | None:
-    """The ids the draft_block graph proposes from (its proposal_vocab.json), None for all."""
-    return draft.proposal_vocab
 
 
 def proposal_head(g: GraphBuilder, store: WeightStore, head: Linear,
@@ -207,7 +202,7 @@ def export_draft(draft: str | Path | DraftCheckpoint, target: Hparams, embedding
     context = make_draft_context_graph(draft, store, positions, dtype)
     onnx.save(context, str(out_dir / CONTEXT_GRAPH))
     onnx.save(block, str(out_dir / BLOCK_GRAPH))
-    vocab = proposal_vocab(draft, embeddings)
+    vocab = draft.proposal_vocab
     method = DraftMethod(context_graph=CONTEXT_GRAPH, block_graph=BLOCK_GRAPH,
                          block_size=spec.block_size, tap_layer_ids=spec.tap_layer_ids,
                          mask_token_id=spec.mask_token_id, max_owners=max_owners,
