@@ -34,6 +34,8 @@
 #   bash tools/gpu_run.sh peers        # steps on A and B in both modes, GenAI on A and B
 #   bash tools/gpu_run.sh real         # the real SmolLM2 plain vs speculative, both modes
 #   bash tools/gpu_run.sh host         # GPU tests; steps on A, this checkout vs .gpu/base
+#   bash tools/gpu_run.sh kernel       # GPU tests; steps on A and B and a DFlash cycle on A,
+#                                      # this checkout vs .gpu/base
 #   bash tools/gpu_run.sh host-cycle   # DFlash cycles on A, this checkout vs .gpu/base; the
 #                                      # real SmolLM2 (CellAttention); GenAI on A
 #   bash tools/gpu_run.sh real-batches # the real SmolLM2 plain vs speculative at 1, 2, 4, 8
@@ -66,6 +68,23 @@ continue_shipped() {  # NAME DATA LR SECONDS LINES LOG DRAFT_DIR
       --eval-batch 128 2>&1 | grep "step .*/\|tau\|train\]" | tail -"$5"
   cp "$WORK/$1/log.json" "$OUT/$6"
   mkdir -p "$OUT/$7" && cp "$WORK/$1"/draft/* "$OUT/$7"/
+}
+# the GPU tests unless SKIP_TESTS, with the shipped draft; the log to $OUT/gpu_tests.log
+gpu_tests() {
+  [ -n "${SKIP_TESTS:-}" ] || CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider \
+      -W ignore tests/gpu 2>&1 | tee "$OUT"/gpu_tests.log | tail -3
+}
+# `gpu_bench.py ARGS... --out $OUT/NAME-{base,new}SUFFIX` with CellAttention in .gpu/base (an
+# older copy of cellspec/, tools/ and tests/reference/, carried), then in this checkout; the
+# last LINES lines of each shown
+base_then_new() {  # NAME SUFFIX LINES ARGS...
+  local name=$1 suffix=$2 lines=$3 tree
+  shift 3
+  for tree in .gpu/base .; do
+    (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py "$@" \
+        --out "$OUT/$name-$([ "$tree" = . ] && echo new || echo base)$suffix" 2>&1 \
+        | grep -v "plugin EP" | tail -"$lines")
+  done
 }
 case "${1:-}" in
   train)
@@ -322,54 +341,32 @@ case "${1:-}" in
           2>&1 | grep -v "plugin EP" | tail -7
     done
     ;;
-  host)  # host time per step: the GPU tests, then steps on A (CellAttention) with this
-         # checkout and with BASE (an older copy of cellspec/, tools/ and tests/reference/,
-         # carried in .gpu/base), alternating, twice
+  host)  # host time per step: the GPU tests, then steps on A (CellAttention) with BASE and
+         # this checkout, alternating, ROUNDS times (default twice)
     python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
-    [ -n "${SKIP_TESTS:-}" ] || CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider \
-        -W ignore tests/gpu 2>&1 | tee "$OUT"/gpu_tests.log | tail -3
+    gpu_tests
     for round in ${ROUNDS:-1 2}; do
-      for tree in .gpu/base .; do
-        name=$([ "$tree" = . ] && echo new || echo base)
-        (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps --shapes A \
-            --batches 1,8,32 --out "$OUT/steps-$name-$round" --work "$WORK" 2>&1 \
-            | grep -v "plugin EP" | tail -3)
-      done
+      base_then_new steps "-$round" 3 steps --shapes A --batches 1,8,32 --work "$WORK"
     done
     [ -z "${PROFILE:-}" ] || CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps \
         --shapes A --batches 1,8 --steps 64 --profile --out "$OUT/prof" --work "$WORK" 2>&1 \
         | grep -v "plugin EP" | tail -2
     ;;
-  kernel)  # CellAttention's kernel against BASE's (.gpu/base: an older cellspec/, tools/,
-           # tests/reference/): the GPU tests, steps on SHAPES (A,B) alternating ROUNDS times,
-           # then a DFlash cycle on A with each
+  kernel)  # CellAttention's kernel against BASE's: the GPU tests, steps on SHAPES (A,B) with
+           # each tree alternating ROUNDS times, then (unless SKIP_DFLASH) a DFlash cycle on A
     python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
-    [ -n "${SKIP_TESTS:-}" ] || CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider \
-        -W ignore tests/gpu 2>&1 | tee "$OUT"/gpu_tests.log | tail -3
+    gpu_tests
     for round in ${ROUNDS:-1 2}; do
-      for tree in .gpu/base .; do
-        name=$([ "$tree" = . ] && echo new || echo base)
-        (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps \
-            --shapes "${SHAPES:-A,B}" --batches 1,8,32 --out "$OUT/steps-$name-$round" \
-            --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -6)
-      done
+      base_then_new steps "-$round" 6 steps --shapes "${SHAPES:-A,B}" --batches 1,8,32 \
+          --work "$WORK"
     done
-    [ -n "${SKIP_DFLASH:-}" ] || for tree in .gpu/base .; do
-      name=$([ "$tree" = . ] && echo new || echo base)
-      (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py dflash --shape A \
-          --with-draft --out "$OUT/dflash-$name" --work "$WORK/spec" 2>&1 \
-          | grep -v "plugin EP" | tail -2)
-    done
+    [ -n "${SKIP_DFLASH:-}" ] || base_then_new dflash "" 2 dflash --shape A --with-draft \
+        --work "$WORK/spec"
     ;;
   host-cycle)  # DFlash cycles on A (a random draft) with BASE and this checkout, CellAttention;
                # the real SmolLM2 plain vs speculative; GenAI on A (.peer carried)
     python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
-    for tree in .gpu/base .; do
-      name=$([ "$tree" = . ] && echo new || echo base)
-      (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py dflash --shape A \
-          --with-draft --out "$OUT/dflash-$name" --work "$WORK/spec" 2>&1 \
-          | grep -v "plugin EP" | tail -2)
-    done
+    base_then_new dflash "" 2 dflash --shape A --with-draft --work "$WORK/spec"
     [ -n "${SKIP_REAL:-}" ] || MODES=cell bash "$0" real
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai SHAPES=A bash .peer/ort_genai_gpu.sh 2>&1 \
         | tail -6
