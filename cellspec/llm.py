@@ -17,7 +17,13 @@ from cellspec.model_cache import resolve_model
 from cellspec.request import Request, RequestOutput, SamplingParams
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
-from cellspec.scheduler import DEFAULT_MAX_PREFILL_TOKENS, PrefillCallback, Scheduler
+from cellspec.scheduler import (
+    DEFAULT_CHAIN_STEPS,
+    DEFAULT_MAX_PREFILL_TOKENS,
+    PrefillCallback,
+    Scheduler,
+    check_chain_steps,
+)
 from cellspec.tokenizer import IncrementalDetokenizer, Tokenizer
 
 if TYPE_CHECKING:
@@ -71,14 +77,18 @@ class LLM:
     size - 1, on `ort-cpu` at most CPU_N_DRAFT of the weight format, on `ort-cuda` with
     CellAttention at most CELL_N_DRAFT). `max_spec_batch`: the most sessions that speculate in
     one step; with more, the step is plain (default: no limit, CPU_MAX_SPEC_BATCH on `ort-cpu`,
-    CELL_MAX_SPEC_BATCH with CellAttention)."""
+    CELL_MAX_SPEC_BATCH with CellAttention). `chain_steps`: where the backend runs ahead
+    (`ort-cuda`), steps that only decode run as chains of up to this many (the host plans each
+    step while the device runs the one before; 1 = none)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
                  export_config: ExportConfig | None = None, chat: bool | None = None,
                  max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
                  speculation: bool | None = None, n_draft: int | None = None,
-                 max_spec_batch: int | None = None) -> None:
+                 max_spec_batch: int | None = None,
+                 chain_steps: int = DEFAULT_CHAIN_STEPS) -> None:
+        self.chain_steps = check_chain_steps(chain_steps)
         if chat is not None and not isinstance(chat, bool):
             raise InvalidArgument(f"chat {chat!r}: expected True, False or None")
         if speculation is not None and not isinstance(speculation, bool):
@@ -194,7 +204,7 @@ class LLM:
 
     def _make_scheduler(self, on_prefill: PrefillCallback | None = None) -> Scheduler:
         return Scheduler(self.executor, self.tokenizer.eos_token_ids, self.max_prefill_tokens,
-                         on_prefill)
+                         on_prefill, self.chain_steps)
 
 
 def _params_per_prompt(params: SamplingParams | Sequence[SamplingParams] | None,

@@ -24,19 +24,31 @@ from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput
 
 DEFAULT_MAX_PREFILL_TOKENS = 256
+# Where the executor's backend runs ahead (ort-cuda), a step that only decodes becomes a chain
+# of up to this many decode steps (Executor.decode): the host plans each while the device runs
+# the one before. A request that stops inside a chain costs the chain's remaining steps.
+DEFAULT_CHAIN_STEPS = 8
 # on_prefill(done, total): `done` of the `total` prompt tokens added so far are in the cache.
 PrefillCallback = Callable[[int, int], None]
+
+
+def check_chain_steps(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"chain_steps {value!r}: expected an integer >= 1 (1: no chains)")
+    return value
 
 
 class Scheduler:
     def __init__(self, executor: Executor | DFlashExecutor, eos_token_ids: Collection[int],
                  max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
-                 on_prefill: PrefillCallback | None = None) -> None:
+                 on_prefill: PrefillCallback | None = None,
+                 chain_steps: int = DEFAULT_CHAIN_STEPS) -> None:
         if isinstance(max_prefill_tokens, bool) or not isinstance(max_prefill_tokens, int) \
                 or max_prefill_tokens < 1:
             raise InvalidArgument(f"max_prefill_tokens {max_prefill_tokens!r}: expected an "
                                   "integer >= 1")
         self.executor = executor
+        self.chain_steps = check_chain_steps(chain_steps)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.max_prefill_tokens = max_prefill_tokens
         self.waiting: deque[Request] = deque()
@@ -59,7 +71,11 @@ class Scheduler:
         batch = self.make_batch()
         by_sid = {r.sid: r for r in self.running}
         num_prefill = sum(len(b.tokens) for b in batch if not by_sid[b.sid].is_prefilled)
-        outputs = self.executor.execute(batch)
+        steps = self.chain_length(batch)
+        if steps > 1:
+            outputs = self.executor.decode(batch, steps)
+        else:
+            outputs = self.executor.execute(batch)
         budget = self.executor.max_session_tokens
         for item, output in zip(batch, outputs):
             request = by_sid[item.sid]
@@ -72,6 +88,19 @@ class Scheduler:
             self._retire(request)
         self._report_prefill(num_prefill)
         return finished
+
+    def chain_length(self, batch: list[BatchInput]) -> int:
+        """How many decode steps the batch runs as one chain: 1 (a plain `execute`) unless it
+        only decodes, no waiting request could start now, and the executor's chains run ahead;
+        never past a request's max_tokens or its session's budget."""
+        if (self.chain_steps == 1 or not all(r.is_prefilled for r in self.running)
+                or (self.waiting and self.executor.can_open_session())
+                or not self.executor.chains_run_ahead(batch)):
+            return 1
+        budget = self.executor.max_session_tokens
+        room = min(min(r.params.max_tokens - len(r.token_ids), budget - r.num_tokens)
+                   for r in self.running)
+        return max(1, min(self.chain_steps, room))
 
     def make_batch(self) -> list[BatchInput]:
         """Decode inputs for every prefilled request, then prefill chunks within the budget."""

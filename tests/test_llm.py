@@ -241,3 +241,50 @@ def test_chat_defaults_to_the_template_and_can_be_refused(artifact, tmp_path):
     assert LLM(bare).chat is False
     with pytest.raises(InvalidArgument, match="no chat template"):
         LLM(bare, chat=True)
+
+
+def test_decode_chains_keep_every_text(llm, artifact, monkeypatch):
+    """On a backend that runs ahead (here the IOBinding backend over numpy memory, what
+    ort-cuda runs), steps that only decode run as chains of up to 8 (Executor.decode): every
+    text, token and finish reason equals ort-cpu's step by step, with stops inside chains,
+    requests waiting for a session, and chains cut to what max_tokens leaves."""
+    from cellspec.runtime.executor import Executor
+    from tests.runtime.test_ort_device import host_backend
+
+    full = llm.generate("hello world", greedy(40))[0]
+    stop = full.text[13:16]
+    params = [greedy(4 + 5 * i) if i % 3 == 0 else sampled(10 + i, 3 + 4 * i)
+              for i in range(len(PROMPTS))]
+    params[1] = greedy(40, stop=(stop,))
+    params[2] = SamplingParams(max_tokens=30, temperature=0.9, seed=3)  # eos may stop it
+    prompts = ["hello world"] * 2 + PROMPTS
+    params = [greedy(40, stop=(stop,)), greedy(9)] + params
+    expected = llm.generate(prompts, params)
+
+    chained = LLM(artifact, max_sessions=MAX_SESSIONS, max_prefill_tokens=MAX_PREFILL)
+    chained.executor = Executor.load(artifact, backend=host_backend(artifact, MAX_SESSIONS),
+                                     max_sessions=MAX_SESSIONS)
+    chains = []
+    decode = chained.executor.decode
+
+    def record(batch, steps):
+        chains.append((len(batch), steps))
+        return decode(batch, steps)
+
+    monkeypatch.setattr(chained.executor, "decode", record)
+    got = chained.generate(prompts, params)
+    assert [o.token_ids for o in got] == [o.token_ids for o in expected]
+    assert [o.text for o in got] == [o.text for o in expected]
+    assert [o.finish_reason for o in got] == [o.finish_reason for o in expected]
+    assert expected[0].finish_reason == "stop" and len(expected[0].token_ids) < 40
+    assert max(steps for _, steps in chains) == 8
+    assert any(1 < steps < 8 for _, steps in chains)  # cut to a request's max_tokens
+    assert any(count == MAX_SESSIONS for count, _ in chains)
+    assert "".join(chained.stream("hello world", greedy(40, stop=(stop,)))) == expected[0].text
+    assert_idle(chained)
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.0, "8", None])
+def test_bad_chain_steps_are_refused(artifact, value):
+    with pytest.raises(InvalidArgument, match="chain_steps"):
+        LLM(artifact, chain_steps=value)

@@ -168,14 +168,18 @@ def target_bytes(folder: Path) -> int:
 
 
 def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
-                sampling=None) -> dict:
-    """Prefill `batch` sessions to `context` - steps tokens, then time decode steps."""
+                sampling=None, chain: int = 1) -> dict:
+    """Prefill `batch` sessions to `context` - steps tokens, then time decode steps; with
+    chain > 1, as chains of that many steps (`Executor.decode`), each step's time the chain's
+    over its length."""
     from cellspec.runtime.types import BatchInput, Sampling
 
     rng = np.random.default_rng(batch)
     sids = [executor.open_session() for _ in range(batch)]
     for sid in sids:
         executor.set_sampling(sid, sampling or Sampling(), 1)
+    if chain > 1:
+        return _time_chains(executor, sids, rng, context, steps, chain)
     prompt = context - steps - warmup
     outs = executor.execute([BatchInput(s, tuple(rng.integers(3, 1000, prompt).tolist()), 0)
                              for s in sids])
@@ -203,6 +207,34 @@ def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
             "host_outside_engine_ms": 1e3 * statistics.median(
                 [t - e for t, e in zip(times, engine_seconds)]),
             "phases_ms_per_step": phases, "tokens_per_s": batch / step}
+
+
+def _time_chains(executor, sids: list[int], rng, context: int, steps: int, chain: int
+                 ) -> dict:
+    from cellspec.runtime.types import BatchInput
+
+    calls = max(1, steps // chain)
+    prompt = context - (calls + 1) * chain - 1
+    outs = executor.execute([BatchInput(s, tuple(rng.integers(3, 1000, prompt).tolist()), 0)
+                             for s in sids])
+    tokens = [o.token for o in outs]
+    backend, times = executor.backend, []
+    for k in range(calls + 1):  # the first chain warms up (its graphs are captured)
+        if k == 1:
+            _reset(backend)
+        start = time.perf_counter()
+        outs = executor.decode([BatchInput(s, (t,), executor.pos(s))
+                                for s, t in zip(sids, tokens)], chain)
+        if k:
+            times.append((time.perf_counter() - start) / chain)
+        tokens = [o.tokens[-1] for o in outs]
+    for sid in sids:
+        executor.close_session(sid)
+    step = statistics.median(times)
+    phases = {k: 1e3 * v / (calls * chain) for k, v in getattr(backend, "timings", {}).items()}
+    return {"batch": len(sids), "context": context, "chain": chain, "step_ms": 1e3 * step,
+            "step_p90_ms": 1e3 * sorted(times)[int(0.9 * len(times))],
+            "phases_ms_per_step": phases, "tokens_per_s": len(sids) / step}
 
 
 def engine_seconds_of(executor) -> float:
@@ -234,11 +266,12 @@ def cmd_steps(args) -> None:
         executor = Executor.load(folder, backend=load_backend(folder, sessions),
                                  max_sessions=sessions)
         for batch in (int(b) for b in args.batches.split(",")):
-            row = {"shape": shape, "dtype": args.dtype, "floor_ms": 1e3 * floor,
-                   **time_decode(executor, batch, args.context, args.steps)}
-            row["x_floor"] = row["step_ms"] / row["floor_ms"]
-            results.append(row)
-            print(json.dumps(row), flush=True)
+            for chain in (int(c) for c in args.chains.split(",")):
+                row = {"shape": shape, "dtype": args.dtype, "floor_ms": 1e3 * floor,
+                       **time_decode(executor, batch, args.context, args.steps, chain=chain)}
+                row["x_floor"] = row["step_ms"] / row["floor_ms"]
+                results.append(row)
+                print(json.dumps(row), flush=True)
             if args.profile:
                 profile_cycles(executor, batch, args, args.out / f"steps_{shape}_b{batch}.prof.txt")
         del executor
@@ -371,10 +404,13 @@ def cmd_smollm2(args) -> None:
     rows = []
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
     batches = [int(b) for b in args.batches.split(",")]
-    for speculation, n_draft in [(False, None)] + [(True, n) for n in n_drafts]:
+    chains = [int(c) for c in args.chain_steps.split(",")]
+    runs = [(False, None, c) for c in chains] + [(True, n, chains[-1]) for n in n_drafts]
+    for speculation, n_draft, chain_steps in runs:
         llm = LLM(folder, backend=BACKEND[0], max_sessions=max(8, *batches),
                   speculation=speculation, n_draft=n_draft,
-                  max_spec_batch=args.max_spec_batch if speculation else None)
+                  max_spec_batch=args.max_spec_batch if speculation else None,
+                  chain_steps=chain_steps)
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
         # batch 1: the prompts one after another; batch 8: 8 at a time. Answers end at eos
         # (the same tokens with and without speculation, so tokens/s compare)
@@ -391,7 +427,8 @@ def cmd_smollm2(args) -> None:
             cycles, accepted = ((stats.cycles - before[0], stats.accepted - before[1]) if stats
                                 else (0, 0))
             rows.append({"speculation": speculation, "n_draft": getattr(llm.executor, "n_draft",
-                         None), "batch": batch, "prompts": len(prompts), "tokens": tokens,
+                         None), "chain_steps": chain_steps, "batch": batch,
+                         "prompts": len(prompts), "tokens": tokens,
                          "tokens_per_s": tokens / seconds,
                          "tau": (accepted + cycles) / cycles if cycles else None})
             print(json.dumps(rows[-1]), flush=True)
@@ -469,6 +506,12 @@ def main() -> None:
     for name in ("steps", "kernels"):
         commands.choices[name].add_argument("--shapes", default="A,B,C")
         commands.choices[name].add_argument("--batches", default="1,8,32")
+    commands.choices["steps"].add_argument(
+        "--chains", default="1", help="decode steps per call, each timed in turn: 1 = one "
+        "`execute` per step, k > 1 = `Executor.decode` chains of k (e.g. 1,8)")
+    commands.choices["smollm2"].add_argument(
+        "--chain-steps", default="8", help="the LLM's decode chains, each measured in turn "
+        "for plain decoding (e.g. 1,8; 1 = no chains)")
     commands.choices["dflash"].add_argument("--shape", default="C")
     for name in ("steps", "dflash"):
         commands.choices[name].add_argument("--profile", action="store_true",

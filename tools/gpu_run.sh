@@ -40,6 +40,10 @@
 #                                      # real SmolLM2 (CellAttention); GenAI on A
 #   bash tools/gpu_run.sh real-batches # the real SmolLM2 plain vs speculative at 1, 2, 4, 8
 #                                      # sessions, both attention modes
+#   bash tools/gpu_run.sh chain        # decode chains: GPU tests; steps on A and B one per call
+#                                      # against chains of 8 (CellAttention), ROUNDS times
+#   bash tools/gpu_run.sh chain-real   # the real SmolLM2 with and without chains, plain and
+#                                      # speculative (the LLM's defaults); GenAI on A
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -382,8 +386,27 @@ case "${1:-}" in
           --out "$OUT"/batches-$mode --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -12
     done
     ;;
+  chain)  # decode chains (Executor.decode): the GPU tests, then steps on SHAPES (A,B) at
+          # batch 1, 8 and 32 with one step per call and chains of 8, in turn, ROUNDS times
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    gpu_tests
+    for round in ${ROUNDS:-1}; do
+      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps --shapes "${SHAPES:-A,B}" \
+          --batches 1,8,32 --chains 1,8 --out "$OUT/steps-$round" --work "$WORK" 2>&1 \
+          | grep -v "plugin EP" | tail -12
+    done
+    ;;
+  chain-real)  # the real SmolLM2 (CellAttention, the LLM's speculation defaults): plain
+               # without and with chains of 8, speculative; GenAI on A (.peer carried)
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --chain-steps 1,8 --batches 1,8 --tokens 96 --out "$OUT"/real \
+        --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -7
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai SHAPES=A bash .peer/ort_genai_gpu.sh 2>&1 \
+        | tail -6
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real" >&2
     exit 2
     ;;
 esac

@@ -66,6 +66,28 @@ class Pools:
         return (self.max_cells, self.width)
 
 
+class Chain(ABC):
+    """Decode steps launched one after another: `launch` stages a step and starts its run, which
+    goes on while the host plans the next; `collect` waits for it, commits its keys and values
+    and keeps its drawn tokens; `tokens` returns every step's, [steps, rows]."""
+
+    @abstractmethod
+    def launch(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
+               cells: np.ndarray, draws: Draws, static: bool, fed_back: bool) -> None:
+        """Start a step (the previous one collected). fed_back: the first `rows` tokens of the
+        step are the ones the previous step drew, copied where they are."""
+
+    @abstractmethod
+    def collect(self) -> None: ...
+
+    @abstractmethod
+    def tokens(self) -> np.ndarray: ...
+
+    @abstractmethod
+    def abandon(self) -> None:
+        """After an error: wait for a run still going, so nothing writes the buffers later."""
+
+
 def kv_pairs(num_layers: int) -> list[tuple[str, str]]:
     """(k_pool.0, k_new.0), (v_pool.0, v_new.0), (k_pool.1, k_new.1), ..."""
     return [(pool(i), new(i)) for i in range(num_layers)
@@ -87,6 +109,14 @@ class Gather:
 
 class Backend(ABC):
     name: str
+    # True where `start_chain` overlaps the host's planning of a decode step with the device's
+    # run of the one before (see TargetModel.decode_chain); else chains are plain step loops
+    runs_ahead = False
+
+    def start_chain(self, steps: int, rows: int) -> Chain:
+        """A chain of `steps` decode steps of `rows` sessions, whose drawn tokens stay where the
+        engine ran and feed the next step (only where `runs_ahead`)."""
+        raise NotImplementedError(f"backend {self.name} does not run decode chains")
 
     @abstractmethod
     def load_engine(self, path: Path) -> Engine: ...

@@ -87,6 +87,10 @@ class HostDevice:
     def synchronize(self) -> None:
         pass
 
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Device to device, between addresses inside buffers."""
+        self._bytes(dst, nbytes)[:] = self._bytes(src, nbytes)
+
     def commit(self, pools: Buffer, news: Buffer, cells: Buffer, count: int,
                row_bytes: int) -> None:
         pool_ptrs = self._bytes(pools.ptr, pools.nbytes).view(np.uint64)
@@ -154,6 +158,10 @@ class CudaDevice:
             self.stream.synchronize()
         except self.cuda.Error as error:
             raise ExecutionFailed(f"CUDA: {error}") from error
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Device to device, between addresses inside buffers, on the stream."""
+        self.cuda.memcpy_dtod_async(dst, src, nbytes, self.stream)
 
     def commit(self, pools: Buffer, news: Buffer, cells: Buffer, count: int,
                row_bytes: int) -> None:

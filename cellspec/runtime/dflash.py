@@ -138,6 +138,22 @@ class DFlashExecutor(Executor):
             raise self.poison([item.sid for item in batch], error) from error
         return outputs
 
+    def decode(self, batch: Sequence[BatchInput], steps: int) -> list[Output]:
+        """Plain decode steps (see Executor.decode); each session's last token is pending after
+        (its taps wait in the pool for the next cycle's drain), as after `_plain`."""
+        outputs = super().decode(batch, steps)
+        for out in outputs:
+            self._state(out.sid).pending = out.tokens[-1]
+        return outputs
+
+    def chains_run_ahead(self, batch: Sequence[BatchInput]) -> bool:
+        """Only where `execute` would not speculate: too many sessions could (max_spec_batch)."""
+        if not self.backend.runs_ahead or self.max_spec_batch is None:
+            return False
+        fast = [item for item in batch if item.sid in self.sessions
+                and self._can_speculate(item)]
+        return len(fast) > self.max_spec_batch
+
     def _can_speculate(self, item: BatchInput) -> bool:
         state = self.sessions.sessions[item.sid].draft
         position = self.cache.pos(item.sid)

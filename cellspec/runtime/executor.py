@@ -135,6 +135,40 @@ class Executor:
         except Exception as error:  # the cache changed: whatever failed, the batch is poisoned
             raise self.poison([b.sid for b in step.batch], error) from error
 
+    def decode(self, batch: Sequence[BatchInput], steps: int) -> list[Output]:
+        """`steps` decode steps: every input (one token at its session's frontier, asking for
+        output) is fed, then each session the token it drew, `steps` times in all, as that
+        many `execute` calls would; returns each input's `steps` drawn tokens. Where the
+        backend runs ahead (`ort-cuda`), the host plans each step while the device runs the one
+        before. Everything is checked before anything runs."""
+        steps = _check_int("steps", steps)
+        if steps < 1:
+            raise InvalidArgument(f"steps {steps}: expected >= 1")
+        step = self.pack(batch)
+        for item in step.batch:
+            if len(item.tokens) != 1 or not item.produce_output:
+                raise InvalidArgument(f"session {item.sid}: decode takes one token asking for "
+                                      "output per session")
+            if item.position != self.cache.pos(item.sid):
+                raise InvalidArgument(f"session {item.sid}: decode starts at the frontier "
+                                      f"{self.cache.pos(item.sid)}, not {item.position}")
+            if item.position + steps > self.max_session_tokens:
+                raise InvalidArgument(f"session {item.sid}: {steps} steps from position "
+                                      f"{item.position} exceed the budget of "
+                                      f"{self.max_session_tokens} tokens")
+        sids = [item.sid for item in step.batch]
+        try:
+            draws = [self.draws(sids, (step.positions + k + 1).tolist()) for k in range(steps)]
+            tokens = self.target.decode_chain(step.seq_ids, step.tokens, draws)
+        except Exception as error:  # the cache changed: whatever failed, the batch is poisoned
+            raise self.poison(sids, error) from error
+        return [Output(sid, tuple(column)) for sid, column in zip(sids, tokens.T.tolist())]
+
+    def chains_run_ahead(self, batch: Sequence[BatchInput]) -> bool:
+        """Whether `decode` of this batch would plan ahead of the device (a caller's cue to
+        chain decode steps); the batch is not checked."""
+        return self.backend.runs_ahead
+
     def make_outputs(self, step: PackedStep, result: ForwardResult) -> list[Output | None]:
         """One drawn token per input that asked for output; None for the other inputs."""
         outputs: list[Output | None] = [None] * len(step.batch)

@@ -18,6 +18,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ from cellspec import artifact as names
 from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
 from cellspec.rewrite import ATTN_SEQLENS, HOST_INPUTS
-from cellspec.runtime.backend import Backend, Engine, Gather, Pools, TensorSpec
+from cellspec.runtime.backend import Backend, Chain, Engine, Gather, Pools, TensorSpec
 from cellspec.runtime.bindings import GraphIds, shape_of, step_dims
 from cellspec.runtime.device import Buffer
 from cellspec.runtime.draws import DRAWN, Draws
@@ -201,8 +202,20 @@ class DeviceEngine(Engine):
         return self.shape_memo[key]
 
     def run(self, graph_key: tuple | None) -> None:
-        session = self.active
-        graph_id = session.graph_ids.get(graph_key) if self.device.ort_device == "cuda" else -1
+        session, options = self.active, self._options(graph_key)
+        self.device.synchronize()  # the staged inputs (and the last commit) are in place
+        self._run(session, options)
+
+    def start(self, graph_key: tuple | None, worker: ThreadPoolExecutor) -> Future:
+        """`run` on the worker's thread (ONNX Runtime lets go of the GIL while it runs): the
+        host goes on meanwhile; the future's result is None, or the run's ExecutionFailed."""
+        session, options = self.active, self._options(graph_key)
+        self.device.synchronize()
+        return worker.submit(self._run, session, options)
+
+    def _options(self, graph_key: tuple | None):
+        graph_id = self.active.graph_ids.get(graph_key) if self.device.ort_device == "cuda" \
+            else -1
         options = self.run_options.get(graph_id)
         if options is None:
             import onnxruntime as ort
@@ -212,12 +225,18 @@ class DeviceEngine(Engine):
             if self.device.ort_device == "cuda":  # -1 (GraphIds.UNCAPTURED): not captured
                 options.add_run_config_entry("gpu_graph_id", str(graph_id))
             self.run_options[graph_id] = options
-        self.device.synchronize()  # the staged inputs (and the last commit) are in place
+        return options
+
+    def _run(self, session: _Session, options) -> None:
         try:
             session.session.run_with_iobinding(session.binding, options)
         except Exception as error:  # the engine call failed: the caller poisons the batch
             raise ExecutionFailed(f"{self.path.name}: ONNX Runtime run failed: {error}") \
                 from error
+
+    def input_address(self, name: str) -> int:
+        """Where input `name` is bound now (after `stage`)."""
+        return self.active.bound[(name, True)][1]
 
     def fetch(self, name: str, dims: dict[str, int], dtype=None) -> np.ndarray:
         """An output, copied to the host at the step's shape."""
@@ -270,6 +289,8 @@ class OrtDeviceBackend(Backend):
     allocated at those); sampler: the artifact's `sample` graph, run on the device on the
     target's logits when a step draws with a temperature."""
 
+    runs_ahead = True
+
     def __init__(self, name: str, device, providers: list, limits: dict[str, int],
                  policy: ShapePolicy, sampler: Path | None = None,
                  attention: str = "as-exported") -> None:
@@ -283,6 +304,8 @@ class OrtDeviceBackend(Backend):
         self.gather_staging = device.pinned(8 * limits["S"] * limits["Q"])
         self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, all runs
         self.wanted_memo: dict[tuple, tuple] = {}  # see _wanted
+        self.worker: ThreadPoolExecutor | None = None  # runs a chain's steps (start_chain)
+        self.history: Buffer | None = None  # a chain's drawn tokens, [steps, rows] int64
 
     def shape_policy(self, manifest: Manifest) -> ShapePolicy:
         return self.policy
@@ -372,6 +395,13 @@ class OrtDeviceBackend(Backend):
         else the sampler graph run on the device on the engine's logits."""
         if is_greedy:
             return engine.fetch(names.GREEDY, dims)
+        sample_dims = self._sample(engine, dims, draws, static)
+        return self.sampler.fetch(names.TOKENS, sample_dims)
+
+    def _sample(self, engine: DeviceEngine, dims: dict[str, int], draws: Draws,
+                static: bool) -> dict[str, int]:
+        """Run the sampler graph on the engine's logits; its TOKENS buffer holds the draws.
+        Returns its dims."""
         if self.sampler is None:
             if self.sampler_path is None:
                 raise InvalidArtifact("sampled draws on the device need the artifact's sample "
@@ -383,7 +413,78 @@ class OrtDeviceBackend(Backend):
         self.sampler.bind_external(names.LOGITS, (rows, vocab), engine.buffers[names.LOGITS].ptr)
         self.sampler.bind_outputs(sample_dims, [names.TOKENS])
         self.sampler.run((("R", rows),) if static else None)
-        return self.sampler.fetch(names.TOKENS, sample_dims)
+        return sample_dims
+
+    def start_chain(self, steps: int, rows: int) -> DeviceChain:
+        if self.worker is None:
+            self.worker = ThreadPoolExecutor(1, thread_name_prefix="cellspec-run")
+        nbytes = 8 * steps * rows
+        if self.history is None or self.history.nbytes < nbytes:
+            self.history = self.device.alloc(max(nbytes, 4096))
+        return DeviceChain(self, rows)
+
+
+class DeviceChain(Chain):
+    """Decode steps on the device, each run on the backend's worker thread while the host
+    plans the next. A step's drawn tokens go device to device into the chain's history (row
+    k: step k's) and from there into the next step's token input; the host reads them once,
+    at the end."""
+
+    def __init__(self, backend: OrtDeviceBackend, rows: int) -> None:
+        self.backend, self.rows, self.count = backend, rows, 0
+        self.running: tuple | None = None  # the launched step: what collect needs of it
+
+    def launch(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
+               cells: np.ndarray, draws: Draws, static: bool, fed_back: bool) -> None:
+        assert self.running is None and isinstance(engine, DeviceEngine)
+        backend, clock = self.backend, _Clock(self.backend.timings)
+        dims = engine.stage(feeds)
+        for p in pools:
+            engine.bind_pools(p)
+        backend._stage_cells(cells)
+        is_greedy = draws.is_greedy
+        engine.bind_outputs(dims, backend._wanted([], pools, names.GREEDY if is_greedy
+                                                  else names.LOGITS))
+        if fed_back:
+            backend.device.copy(engine.input_address(names.TOKENS), self._row(self.count - 1),
+                                8 * self.rows)
+        future = engine.start(_graph_key(feeds) if static else None, backend.worker)
+        self.running = (engine, dims, pools, cells.size, draws, static, is_greedy, future)
+        clock.lap("stage")
+
+    def collect(self) -> None:
+        assert self.running is not None
+        engine, dims, pools, count, draws, static, is_greedy, future = self.running
+        self.running = None
+        backend, clock = self.backend, _Clock(self.backend.timings)
+        future.result()
+        clock.lap("run")
+        for p in pools:
+            pool_table, new_table = p.tables_for(engine)
+            backend.device.commit(pool_table, new_table, backend.cells, count, p.row_bytes)
+        clock.lap("commit")
+        if is_greedy:
+            drawn = engine.buffers[names.GREEDY].ptr
+        else:
+            backend._sample(engine, dims, draws, static)
+            drawn = backend.sampler.buffers[names.TOKENS].ptr
+        backend.device.copy(self._row(self.count), drawn, 8 * self.rows)
+        self.count += 1
+        clock.lap("draw")
+
+    def tokens(self) -> np.ndarray:
+        host = np.empty((self.count, self.rows), np.int64)
+        history = self.backend.history
+        self.backend.device.download(host, Buffer(history.ptr, host.nbytes, history.handle))
+        return host
+
+    def abandon(self) -> None:
+        if self.running is not None:
+            future, self.running = self.running[-1], None
+            wait([future])
+
+    def _row(self, step: int) -> int:
+        return self.backend.history.ptr + 8 * self.rows * step
 
 
 class _Clock:

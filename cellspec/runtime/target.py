@@ -108,14 +108,52 @@ class TargetModel:
                                        rows=shape.rows)
         return plan, shape
 
-    def _run(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray, rows: np.ndarray,
-             draws: Draws | None) -> dict[str, np.ndarray]:
-        """Run one planned piece; returns the outputs of the requested `rows` (slots)."""
+    def decode_chain(self, seq_ids: np.ndarray, tokens: np.ndarray, draws: list[Draws]
+                     ) -> np.ndarray:
+        """len(draws) decode steps of the sequences seq_ids [R] (distinct, at their frontiers):
+        the first feeds `tokens` [R], each later one the tokens the step before drew (by
+        draws[k], one row per sequence). Returns the drawn tokens [steps, R], as that many
+        `forward` calls would. Where the backend runs ahead, the host plans each step while the
+        device runs the one before, and the drawn tokens stay on the device until the end."""
+        rows = seq_ids.size
+        one_wide = self.policy.shape(rows, 1, 1).width == 1  # drawn rows = token rows
+        if not self.backend.runs_ahead or len(draws) == 1 or not one_wide:
+            out = np.empty((len(draws), rows), np.int64)
+            every = np.arange(rows)
+            for k, step_draws in enumerate(draws):
+                tokens = out[k] = self.forward(seq_ids, tokens, every, step_draws).tokens
+            return out
+        [piece] = plan_pieces([1] * rows, self.max_width)
+        chain = self.backend.start_chain(len(draws), rows)
+        pools = [self.pools] + ([self.taps] if self.taps else [])
+        placeholder = np.zeros((rows, 1), np.int64)
+        try:
+            for k, step_draws in enumerate(draws):
+                start = time.perf_counter()
+                plan, shape = self._plan(piece, seq_ids)
+                slots = np.arange(rows) * shape.width
+                feeds, step_draws = self._feeds(plan, shape, tokens[:, None] if k == 0
+                                                else placeholder, slots, step_draws)
+                if k:
+                    chain.collect()  # step k - 1: its run went on while step k was planned
+                chain.launch(self.engine, pools, feeds, plan.cells, step_draws,
+                             shape.is_static, fed_back=k > 0)
+                self.cache.commit_step(plan)
+                self.stats[f"chain {shape.label}"].add(rows, time.perf_counter() - start)
+            chain.collect()
+            return chain.tokens()
+        except BaseException:
+            chain.abandon()
+            raise
+
+    def _feeds(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray, rows: np.ndarray,
+               draws: Draws | None) -> tuple[dict[str, np.ndarray], Draws | None]:
+        """A planned piece's feeds, and its draws: on a static shape every slot's logits row
+        is computed (rows and draws spread to all slots; `_run` picks the asked ones out)."""
         padded = np.zeros((shape.rows, shape.width), np.int64)
         padded[: tokens.shape[0], : tokens.shape[1]] = tokens
-        asked = rows
-        if shape.is_static:  # a fixed shape: every slot's logits row, picked out after
-            rows = np.arange(shape.rows * shape.width)
+        if shape.is_static:
+            asked, rows = rows, np.arange(shape.rows * shape.width)
             draws = None if draws is None else _spread(draws, asked, rows.size)
         feeds = {names.TOKENS: padded, names.POSITIONS: plan.positions,
                  names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask,
@@ -124,6 +162,13 @@ class TargetModel:
             feeds[names.ATTN_MASK_WINDOW] = plan.attn_mask_window
         if ATTN_SEQLENS in self.engine.inputs:  # the CUDA provider's form of the attention
             feeds |= grouped_feeds(plan.lengths, plan.cell_table.shape[1], shape.width)
+        return feeds, draws
+
+    def _run(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray, rows: np.ndarray,
+             draws: Draws | None) -> dict[str, np.ndarray]:
+        """Run one planned piece; returns the outputs of the requested `rows` (slots)."""
+        asked = rows
+        feeds, draws = self._feeds(plan, shape, tokens, rows, draws)
         start = time.perf_counter()
         pools = [self.pools] + ([self.taps] if self.taps else [])
         outputs = [] if draws is not None else [names.LOGITS]

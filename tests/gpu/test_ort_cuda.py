@@ -81,6 +81,29 @@ def test_graph_replay_equals_uncaptured(request, smollm2_by_dtype, attention, sa
 
 
 @pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
+def test_decode_chains_equal_steps(smollm2_by_dtype, attention, sampling):
+    """`Executor.decode` on the device (each run on the backend's worker thread while the host
+    plans the next step, the drawn tokens fed back device to device) gives step-by-step
+    `execute`'s tokens: the same shapes run in the same order."""
+    artifact = smollm2_by_dtype("float16")
+    ids = prompt_ids(artifact)
+    executor = Executor.load(artifact, backend="ort-cuda", max_sessions=4)
+    stepped = decode(executor, ids, sampling, 40)
+    sids = [executor.open_session() for _ in ids]
+    for sid in sids:
+        executor.set_sampling(sid, sampling, 5)
+    firsts = executor.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, ids)])
+    chained = [list(o.tokens) for o in firsts]
+    for steps in (8, 8, 23):
+        outs = executor.decode([BatchInput(s, (t[-1],), executor.pos(s))
+                                for s, t in zip(sids, chained)], steps)
+        for tokens, out in zip(chained, outs):
+            tokens += out.tokens
+    assert chained == stepped
+    assert any(label.startswith("chain static") for label in executor.target.stats)
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
 def test_batch_of_eight_equals_each_alone(request, smollm2_by_dtype, attention, sampling):
     expect_padded_cells(request, attention, sampling)
     artifact = smollm2_by_dtype("float16")

@@ -1,0 +1,172 @@
+"""Decode chains (`Executor.decode`): `steps` decode steps in one call, each step's drawn tokens
+fed to the next where they were drawn. On `ort-cuda` the host plans each step while the device
+runs the one before; here the same path runs on the IOBinding backend over numpy memory, its
+runs on the backend's worker thread. A chain must give exactly the tokens, cells and pool rows
+of `steps` plain `execute` calls."""
+
+import numpy as np
+import pytest
+
+from cellspec.errors import InvalidArgument
+from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.executor import Executor
+from cellspec.runtime.types import BatchInput
+
+from .test_executor import GREEDY, SAMPLED, decode, prompts
+from .test_ort_device import host_backend, prefill
+
+
+def pool_rows(executor, sid):
+    pools = executor.target.pools
+    rows = np.empty(pools.shape, np.float32)
+    pools.device.download(rows, pools.buffers["v_pool.0"])
+    return rows[executor.cache.cells_of(sid)]
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("count", [1, 3, 8])
+def test_a_chain_equals_plain_steps(tiny_artifact, sampling, count):
+    """Batches 1 and 8 fill a static bucket, 3 is padded to 4 rows."""
+    texts = prompts(count, seed=count)
+    results = []
+    for chained in (False, True):
+        executor = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 8),
+                                 max_sessions=8)
+        sids, firsts = prefill(executor, texts, sampling, range(40, 40 + count))
+        if chained:
+            outs = executor.decode([BatchInput(s, (t,), executor.pos(s))
+                                    for s, t in zip(sids, firsts)], 7)
+            assert [o.sid for o in outs] == sids
+            tokens = [list(o.tokens) for o in outs]
+            assert any(label.startswith("chain static") for label in executor.target.stats)
+        else:
+            tokens = decode(executor, sids, firsts, 7)
+        executor.cache.check()
+        results.append((tokens, [executor.pos(s) for s in sids],
+                        [executor.cache.cells_of(s).tolist() for s in sids],
+                        [pool_rows(executor, s) for s in sids]))
+    (plain, plain_pos, plain_cells, plain_rows), (chain, pos, cells, rows) = results
+    assert chain == plain
+    assert pos == plain_pos == [len(t) + 7 for t in texts]
+    assert cells == plain_cells
+    for a, b in zip(rows, plain_rows):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_chain_continues_where_plain_steps_left_off(tiny_artifact):
+    """Chains of different lengths and plain steps interleave: the text is the same."""
+    texts = prompts(2, seed=5)
+    plain = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 4), max_sessions=4)
+    sids, firsts = prefill(plain, texts, GREEDY, [1, 2])
+    expected = decode(plain, sids, firsts, 12)
+    mixed = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 4), max_sessions=4)
+    sids, last = prefill(mixed, texts, GREEDY, [1, 2])
+    got = [[], []]
+    for steps in (1, 4, 2, 5):
+        if steps == 2:
+            new = decode(mixed, sids, last, 2)
+        else:
+            outs = mixed.decode([BatchInput(s, (t,), mixed.pos(s)) for s, t in zip(sids, last)],
+                                steps)
+            new = [list(o.tokens) for o in outs]
+        for row, tokens in enumerate(new):
+            got[row] += tokens
+        last = [tokens[-1] for tokens in new]
+    assert got == expected
+
+
+def test_ort_cpu_chains_are_plain_steps(tiny_artifact):
+    """A backend that does not run ahead runs the chain step by step: same tokens."""
+    texts = prompts(3, seed=8)
+    executor = Executor.load(tiny_artifact, max_sessions=4)
+    assert not executor.chains_run_ahead([])
+    sids, firsts = prefill(executor, texts, SAMPLED, [3, 4, 5])
+    outs = executor.decode([BatchInput(s, (t,), executor.pos(s)) for s, t in zip(sids, firsts)],
+                           5)
+    again = Executor.load(tiny_artifact, max_sessions=4)
+    sids2, firsts2 = prefill(again, texts, SAMPLED, [3, 4, 5])
+    assert [list(o.tokens) for o in outs] == decode(again, sids2, firsts2, 5)
+
+
+def test_bad_chains_are_refused_and_change_nothing(tiny_artifact):
+    executor = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 4),
+                             max_sessions=4, max_session_tokens=40)
+    sids, firsts = prefill(executor, prompts(2, seed=2), GREEDY, [1, 2])
+    before = [(executor.pos(s), executor.cache.cells_of(s).tolist()) for s in sids]
+    good = [BatchInput(s, (t,), executor.pos(s)) for s, t in zip(sids, firsts)]
+    bad = {
+        "steps 0": (good, 0),
+        "steps 2.0": (good, 2.0),
+        "steps True": (good, True),
+        "two tokens": ([BatchInput(sids[0], (firsts[0], 5), executor.pos(sids[0]))], 2),
+        "no output": ([BatchInput(sids[0], (firsts[0],), executor.pos(sids[0]), False)], 2),
+        "behind the frontier": ([BatchInput(sids[0], (firsts[0],), executor.pos(sids[0]) - 1)],
+                                2),
+        "past the budget": (good, 40 - min(executor.pos(s) for s in sids) + 1),
+        "one session twice": (good + good[:1], 2),
+        "token outside the vocabulary": ([BatchInput(sids[0], (10 ** 6,),
+                                                     executor.pos(sids[0]))], 2),
+    }
+    for name, (batch, steps) in bad.items():
+        with pytest.raises(InvalidArgument):
+            executor.decode(batch, steps)
+        assert [(executor.pos(s), executor.cache.cells_of(s).tolist()) for s in sids] == before, \
+            name
+    # the budget is exact: the last step may feed the budget's last position
+    room = 40 - max(executor.pos(s) for s in sids)
+    outs = executor.decode(good, room)
+    assert [len(o.tokens) for o in outs] == [room, room]
+
+
+def test_a_failed_run_poisons_the_chain_and_leaves_no_run_going(tiny_artifact):
+    executor = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 4),
+                             max_sessions=4)
+    sids, firsts = prefill(executor, prompts(2, seed=4), GREEDY, [1, 2])
+    engine = executor.target.engine
+    calls = []
+    original = engine._run
+
+    def fail_third(session, options):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected")
+        original(session, options)
+
+    engine._run = fail_third
+    with pytest.raises(Exception, match="injected.*poisoned"):
+        executor.decode([BatchInput(s, (t,), executor.pos(s)) for s, t in zip(sids, firsts)], 6)
+    assert len(calls) == 3  # the chain stopped at the failed step
+    with pytest.raises(Exception, match="poisoned"):
+        executor.execute([BatchInput(sids[0], (1,), executor.pos(sids[0]))])
+    for sid in sids:
+        executor.close_session(sid)
+    assert executor.cache.num_used == 0
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_dflash_chains_over_its_spec_limit_and_keeps_its_text(dflash_artifact, sampling):
+    """Over max_spec_batch a DFlash executor decodes plainly: a chain there leaves each
+    session's last token pending, and the cycles after it give plain decoding's text."""
+    texts = prompts(3, seed=6)
+    plain = Executor.load(dflash_artifact, max_sessions=4)
+    sids, firsts = prefill(plain, texts, sampling, [7, 8, 9])
+    expected = decode(plain, sids, firsts, 12)
+
+    spec = DFlashExecutor.load(dflash_artifact, backend=host_backend(dflash_artifact, 4),
+                               max_sessions=4, max_spec_batch=2)
+    sids, firsts = prefill(spec, texts, sampling, [7, 8, 9])
+    batch = [BatchInput(s, (t,), spec.pos(s)) for s, t in zip(sids, firsts)]
+    assert spec.chains_run_ahead(batch)
+    assert not spec.chains_run_ahead(batch[:2])  # two may speculate
+    got = [list(o.tokens) for o in spec.decode(batch, 5)]
+    spec.close_session(sids[2])
+    last = {s: tokens[-1] for s, tokens in zip(sids, got)}
+    while min(len(got[0]), len(got[1])) < 12:  # two sessions left: they speculate
+        cycles = spec.stats.cycles
+        outs = spec.execute([BatchInput(s, (last[s],), spec.pos(s)) for s in sids[:2]])
+        assert spec.stats.cycles == cycles + 2  # the chain left their tokens pending
+        for row, out in enumerate(outs):
+            got[row] += out.tokens
+            last[out.sid] = out.tokens[-1]
+    assert [g[:12] for g in got[:2]] == expected[:2]
+    assert got[2] == expected[2][:5]
