@@ -15,6 +15,7 @@ or the sampler graph on the device), the taps, the proposals.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -208,10 +209,20 @@ class DeviceEngine(Engine):
 
     def start(self, graph_key: tuple | None, worker: ThreadPoolExecutor) -> Future:
         """`run` on the worker's thread (ONNX Runtime lets go of the GIL while it runs): the
-        host goes on meanwhile; the future's result is None, or the run's ExecutionFailed."""
+        host goes on meanwhile; the future's result is None, or the run's ExecutionFailed.
+        Returns once the worker is about to call ONNX Runtime: a thread that only waits for
+        the GIL would wait for the host's Python to block (up to the 5 ms switch interval)."""
         session, options = self.active, self._options(graph_key)
         self.device.synchronize()
-        return worker.submit(self._run, session, options)
+        started = threading.Event()
+
+        def run() -> None:
+            started.set()  # the GIL is let go of next, inside run_with_iobinding
+            self._run(session, options)
+
+        future = worker.submit(run)
+        started.wait()
+        return future
 
     def _options(self, graph_key: tuple | None):
         graph_id = self.active.graph_ids.get(graph_key) if self.device.ort_device == "cuda" \
