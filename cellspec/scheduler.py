@@ -26,8 +26,10 @@ from cellspec.runtime.types import BatchInput
 DEFAULT_MAX_PREFILL_TOKENS = 256
 # Where the executor's backend runs ahead (ort-cuda), a step that only decodes becomes a chain
 # of up to this many decode steps (Executor.decode): the host plans each while the device runs
-# the one before. A request that stops inside a chain costs the chain's remaining steps.
-DEFAULT_CHAIN_STEPS = 8
+# the one before, and takes each step's tokens one step behind. A chain ends at the step after
+# a request finishes (that step's tokens still count for the others); a stream gets its text a
+# chain at a time.
+DEFAULT_CHAIN_STEPS = 16
 # on_prefill(done, total): `done` of the `total` prompt tokens added so far are in the cache.
 PrefillCallback = Callable[[int, int], None]
 
@@ -72,14 +74,16 @@ class Scheduler:
         by_sid = {r.sid: r for r in self.running}
         num_prefill = sum(len(b.tokens) for b in batch if not by_sid[b.sid].is_prefilled)
         steps = self.chain_length(batch)
-        if steps > 1:
-            outputs = self.executor.decode(batch, steps)
+        budget = self.executor.max_session_tokens
+        if steps > 1:  # each step's tokens are taken as they come; a finished request ends it
+            requests = [by_sid[item.sid] for item in batch]
+            self.executor.decode(batch, steps, lambda tokens: self._take(requests, tokens))
         else:
             outputs = self.executor.execute(batch)
-        budget = self.executor.max_session_tokens
-        for item, output in zip(batch, outputs):
+        for index, item in enumerate(batch):
             request = by_sid[item.sid]
             request.num_computed = self.executor.pos(item.sid)
+            output = outputs[index] if steps == 1 else None
             for token in output.tokens if output is not None else ():
                 if request.finish_reason is None:
                     request.append(token, self.eos_token_ids, budget)
@@ -101,6 +105,15 @@ class Scheduler:
         room = min(min(r.params.max_tokens - len(r.token_ids), budget - r.num_tokens)
                    for r in self.running)
         return max(1, min(self.chain_steps, room))
+
+    def _take(self, requests: list[Request], tokens: list[int]) -> bool:
+        """One chain step's tokens, one per request; whether a request finished."""
+        budget, finished = self.executor.max_session_tokens, False
+        for request, token in zip(requests, tokens):
+            if request.finish_reason is None:
+                request.append(token, self.eos_token_ids, budget)
+                finished |= request.finish_reason is not None
+        return finished
 
     def make_batch(self) -> list[BatchInput]:
         """Decode inputs for every prefilled request, then prefill chunks within the budget."""

@@ -245,9 +245,10 @@ def test_chat_defaults_to_the_template_and_can_be_refused(artifact, tmp_path):
 
 def test_decode_chains_keep_every_text(llm, artifact, monkeypatch):
     """On a backend that runs ahead (here the IOBinding backend over numpy memory, what
-    ort-cuda runs), steps that only decode run as chains of up to 8 (Executor.decode): every
-    text, token and finish reason equals ort-cpu's step by step, with stops inside chains,
-    requests waiting for a session, and chains cut to what max_tokens leaves."""
+    ort-cuda runs), steps that only decode run as chains of up to 16 (Executor.decode): every
+    text, token and finish reason equals ort-cpu's step by step, with stops inside chains
+    (which end them), requests waiting for a session, and chains cut to what max_tokens
+    leaves."""
     from cellspec.runtime.executor import Executor
     from tests.runtime.test_ort_device import host_backend
 
@@ -258,7 +259,7 @@ def test_decode_chains_keep_every_text(llm, artifact, monkeypatch):
     params[1] = greedy(40, stop=(stop,))
     params[2] = SamplingParams(max_tokens=30, temperature=0.9, seed=3)  # eos may stop it
     prompts = ["hello world"] * 2 + PROMPTS
-    params = [greedy(40, stop=(stop,)), greedy(9)] + params
+    params = [greedy(40, stop=(stop,)), greedy(30)] + params
     expected = llm.generate(prompts, params)
 
     chained = LLM(artifact, max_sessions=MAX_SESSIONS, max_prefill_tokens=MAX_PREFILL)
@@ -267,9 +268,10 @@ def test_decode_chains_keep_every_text(llm, artifact, monkeypatch):
     chains = []
     decode = chained.executor.decode
 
-    def record(batch, steps):
-        chains.append((len(batch), steps))
-        return decode(batch, steps)
+    def record(batch, steps, on_step):
+        outs = decode(batch, steps, on_step)
+        chains.append((len(batch), steps, len(outs[0].tokens)))
+        return outs
 
     monkeypatch.setattr(chained.executor, "decode", record)
     got = chained.generate(prompts, params)
@@ -277,9 +279,10 @@ def test_decode_chains_keep_every_text(llm, artifact, monkeypatch):
     assert [o.text for o in got] == [o.text for o in expected]
     assert [o.finish_reason for o in got] == [o.finish_reason for o in expected]
     assert expected[0].finish_reason == "stop" and len(expected[0].token_ids) < 40
-    assert max(steps for _, steps in chains) == 8
-    assert any(1 < steps < 8 for _, steps in chains)  # cut to a request's max_tokens
-    assert any(count == MAX_SESSIONS for count, _ in chains)
+    assert max(steps for _, steps, _ in chains) == 16
+    assert any(1 < steps < 16 for _, steps, _ in chains)  # cut to a request's max_tokens
+    assert any(ran < steps for _, steps, ran in chains), chains  # a finished request ended it
+    assert any(count == MAX_SESSIONS for count, _, _ in chains)
     assert "".join(chained.stream("hello world", greedy(40, stop=(stop,)))) == expected[0].text
     assert_idle(chained)
 

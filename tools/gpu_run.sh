@@ -40,9 +40,9 @@
 #                                      # real SmolLM2 (CellAttention); GenAI on A
 #   bash tools/gpu_run.sh real-batches # the real SmolLM2 plain vs speculative at 1, 2, 4, 8
 #                                      # sessions, both attention modes
-#   bash tools/gpu_run.sh chain        # decode chains: GPU tests; steps on A and B one per call
-#                                      # against chains of 8 (CellAttention), ROUNDS times
-#   bash tools/gpu_run.sh chain-real   # the real SmolLM2 with and without chains, plain and
+#   bash tools/gpu_run.sh chain        # decode chains: GPU tests; steps on A and B in chains of
+#                                      # each of CHAINS (1,16; 1 = a call per step), ROUNDS times
+#   bash tools/gpu_run.sh chain-real   # the real SmolLM2 plain with each of CHAINS (1,16), then
 #                                      # speculative (the LLM's defaults); GenAI on A
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
@@ -160,7 +160,7 @@ case "${1:-}" in
         | tee "$OUT"/gpu_tests.log | tail -4
     for dtype in float16 float32; do
       python3 tools/gpu_bench.py smollm2 --dtype $dtype --draft $SHIPPED --n-draft 15,7 \
-          --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -7
+          --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -12
     done
     ;;
   retrain4)  # the shipped draft continued on 6.7M tokens (.gpu/data4/data.npz, carried: made by
@@ -214,7 +214,7 @@ case "${1:-}" in
     python3 tools/gpu_bench.py dflash --shape A --with-draft --profile --out "$OUT"/a \
         --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -3
     python3 tools/gpu_bench.py smollm2 --dtype float16 --draft "$SHIPPED" --n-draft 15,7 \
-        --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -7
+        --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -12
     python3 tools/gpu_bench.py dflash --shape C --profile --out "$OUT"/c --work "$WORK" 2>&1 \
         | grep -v "plugin EP" | tail -3
     ;;
@@ -230,7 +230,7 @@ case "${1:-}" in
     python3 tools/gpu_bench.py dflash --shape A --with-draft --profile --out "$OUT"/a \
         --work "$WORK"/dflash 2>&1 | grep -v "plugin EP" | tail -3
     python3 tools/gpu_bench.py smollm2 --dtype float16 --draft "$SHIPPED" --n-draft 15,7 \
-        --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -7
+        --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -12
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -12
     ;;
   fused)  # CellAttention v2 (tiles of rows and heads, rotary and SwiGlu fused): build, the
@@ -387,21 +387,21 @@ case "${1:-}" in
     done
     ;;
   chain)  # decode chains (Executor.decode): the GPU tests, then steps on SHAPES (A,B) at
-          # batch 1, 8 and 32 with one step per call and chains of 8, in turn, ROUNDS times
+          # batch 1, 8 and 32 with chains of each of CHAINS (1,16) in turn, ROUNDS times
     python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
     gpu_tests
     for round in ${ROUNDS:-1}; do
       CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps --shapes "${SHAPES:-A,B}" \
-          --batches 1,8,32 --chains 1,8 --out "$OUT/steps-$round" --work "$WORK" 2>&1 \
-          | grep -v "plugin EP" | tail -12
+          --batches 1,8,32 --chains "${CHAINS:-1,16}" --out "$OUT/steps-$round" --work "$WORK" \
+          2>&1 | grep -v "plugin EP" | tail -12
     done
     ;;
   chain-real)  # the real SmolLM2 (CellAttention, the LLM's speculation defaults): plain
-               # without and with chains of 8, speculative; GenAI on A (.peer carried)
+               # with each of CHAINS (1,16), speculative; GenAI on A (.peer carried)
     python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
     CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
-        --draft "$SHIPPED" --chain-steps 1,8 --batches 1,8 --tokens 96 --out "$OUT"/real \
-        --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -7
+        --draft "$SHIPPED" --chain-steps "${CHAINS:-1,16}" --batches 1,8 --tokens 96 \
+        --out "$OUT"/real --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -12
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai SHAPES=A bash .peer/ort_genai_gpu.sh 2>&1 \
         | tail -6
     ;;

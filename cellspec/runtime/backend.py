@@ -81,6 +81,10 @@ class Chain(ABC):
     def collect(self) -> None: ...
 
     @abstractmethod
+    def row(self, step: int) -> list[int]:
+        """The tokens a collected step drew."""
+
+    @abstractmethod
     def tokens(self) -> np.ndarray: ...
 
     @abstractmethod

@@ -17,7 +17,7 @@ costs about its width in steps, so a cycle for many sessions costs more than it 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -138,10 +138,11 @@ class DFlashExecutor(Executor):
             raise self.poison([item.sid for item in batch], error) from error
         return outputs
 
-    def decode(self, batch: Sequence[BatchInput], steps: int) -> list[Output]:
+    def decode(self, batch: Sequence[BatchInput], steps: int,
+               on_step: Callable[[list[int]], bool] | None = None) -> list[Output]:
         """Plain decode steps (see Executor.decode); each session's last token is pending after
         (its taps wait in the pool for the next cycle's drain), as after `_plain`."""
-        outputs = super().decode(batch, steps)
+        outputs = super().decode(batch, steps, on_step)
         for out in outputs:
             self._state(out.sid).pending = out.tokens[-1]
         return outputs

@@ -11,7 +11,7 @@ follow the session operations through the `_opened`, `_closed`, `_cloned` and `_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,15 +135,21 @@ class Executor:
         except Exception as error:  # the cache changed: whatever failed, the batch is poisoned
             raise self.poison([b.sid for b in step.batch], error) from error
 
-    def decode(self, batch: Sequence[BatchInput], steps: int) -> list[Output]:
-        """`steps` decode steps: every input (one token at its session's frontier, asking for
-        output) is fed, then each session the token it drew, `steps` times in all, as that
-        many `execute` calls would; returns each input's `steps` drawn tokens. Where the
-        backend runs ahead (`ort-cuda`), the host plans each step while the device runs the one
-        before. Everything is checked before anything runs."""
+    def decode(self, batch: Sequence[BatchInput], steps: int,
+               on_step: Callable[[list[int]], bool] | None = None) -> list[Output]:
+        """Up to `steps` decode steps: every input (one token at its session's frontier, asking
+        for output) is fed, then each session the token it drew, as that many `execute` calls
+        would; returns each input's drawn tokens (as many for every input). Where the backend
+        runs ahead (`ort-cuda`), the host plans each step while the device runs the one before.
+        `on_step(tokens)`: called with every step's tokens (in input order) as they are known;
+        when it returns True no further step starts (where the backend runs ahead, the one
+        already running still finishes and is returned). Everything is checked before anything
+        runs."""
         steps = _check_int("steps", steps)
         if steps < 1:
             raise InvalidArgument(f"steps {steps}: expected >= 1")
+        if on_step is not None and not callable(on_step):
+            raise InvalidArgument(f"on_step {on_step!r}: expected a callable or None")
         step = self.pack(batch)
         for item in step.batch:
             if len(item.tokens) != 1 or not item.produce_output:
@@ -159,7 +165,7 @@ class Executor:
         sids = [item.sid for item in step.batch]
         try:
             draws = [self.draws(sids, (step.positions + k + 1).tolist()) for k in range(steps)]
-            tokens = self.target.decode_chain(step.seq_ids, step.tokens, draws)
+            tokens = self.target.decode_chain(step.seq_ids, step.tokens, draws, on_step)
         except Exception as error:  # the cache changed: whatever failed, the batch is poisoned
             raise self.poison(sids, error) from error
         return [Output(sid, tuple(column)) for sid, column in zip(sids, tokens.T.tolist())]

@@ -483,6 +483,11 @@ class DeviceChain(Chain):
         self.count += 1
         clock.lap("draw")
 
+    def row(self, step: int) -> list[int]:
+        host = np.empty(self.rows, np.int64)
+        self.backend.device.download(host, Buffer(self._row(step), host.nbytes, None))
+        return host.tolist()
+
     def tokens(self) -> np.ndarray:
         host = np.empty((self.count, self.rows), np.int64)
         history = self.backend.history

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -108,13 +109,16 @@ class TargetModel:
                                        rows=shape.rows)
         return plan, shape
 
-    def decode_chain(self, seq_ids: np.ndarray, tokens: np.ndarray, draws: list[Draws]
-                     ) -> np.ndarray:
-        """len(draws) decode steps of the sequences seq_ids [R] (distinct, at their frontiers):
-        the first feeds `tokens` [R], each later one the tokens the step before drew (by
-        draws[k], one row per sequence). Returns the drawn tokens [steps, R], as that many
-        `forward` calls would. Where the backend runs ahead, the host plans each step while the
-        device runs the one before, and the drawn tokens stay on the device until the end."""
+    def decode_chain(self, seq_ids: np.ndarray, tokens: np.ndarray, draws: list[Draws],
+                     on_step: Callable[[list[int]], bool] | None = None) -> np.ndarray:
+        """Up to len(draws) decode steps of the sequences seq_ids [R] (distinct, at their
+        frontiers): the first feeds `tokens` [R], each later one the tokens the step before
+        drew (by draws[k], one row per sequence). Returns the drawn tokens [steps run, R], as
+        that many `forward` calls would. `on_step(tokens of a step)` is called for every step
+        run, in order; once it returns True no more steps start (on a backend that runs ahead,
+        the step already running when it is told finishes: one more). Where the backend runs
+        ahead, the host plans each step while the device runs the one before, and the drawn
+        tokens stay on the device (each step's fed to the next where it is)."""
         rows = seq_ids.size
         one_wide = self.policy.shape(rows, 1, 1).width == 1  # drawn rows = token rows
         if not self.backend.runs_ahead or len(draws) == 1 or not one_wide:
@@ -122,6 +126,8 @@ class TargetModel:
             every = np.arange(rows)
             for k, step_draws in enumerate(draws):
                 tokens = out[k] = self.forward(seq_ids, tokens, every, step_draws).tokens
+                if on_step is not None and on_step(tokens.tolist()):
+                    return out[: k + 1]
             return out
         [piece] = plan_pieces([1] * rows, self.max_width)
         chain = self.backend.start_chain(len(draws), rows)
@@ -140,8 +146,13 @@ class TargetModel:
                              shape.is_static, fed_back=k > 0)
                 self.cache.commit_step(plan)
                 self.stats[f"chain {shape.label}"].add(rows, time.perf_counter() - start)
+                if on_step is not None and k and on_step(chain.row(k - 1)):
+                    break  # step k runs on: it is collected and reported below
             chain.collect()
-            return chain.tokens()
+            out = chain.tokens()
+            if on_step is not None:
+                on_step(out[-1].tolist())
+            return out
         except BaseException:
             chain.abandon()
             raise

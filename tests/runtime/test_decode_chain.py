@@ -88,6 +88,34 @@ def test_ort_cpu_chains_are_plain_steps(tiny_artifact):
     assert [list(o.tokens) for o in outs] == decode(again, sids2, firsts2, 5)
 
 
+@pytest.mark.parametrize("backend", ["ort-cpu", "host"])
+def test_on_step_sees_every_step_and_ends_the_chain(tiny_artifact, backend):
+    """Told to stop after step 3, a chain on ort-cpu runs 3 steps; on a backend that runs ahead
+    the 4th is already running and is returned too. Either way the tokens are plain decoding's,
+    every step's tokens reach on_step in order, and the sessions end where the steps did."""
+    texts = prompts(3, seed=12)
+    plain = Executor.load(tiny_artifact, max_sessions=4)
+    sids, firsts = prefill(plain, texts, SAMPLED, [5, 6, 7])
+    expected = decode(plain, sids, firsts, 10)
+    executor = Executor.load(tiny_artifact, max_sessions=4, backend="ort-cpu" if backend ==
+                             "ort-cpu" else host_backend(tiny_artifact, 4))
+    sids, firsts = prefill(executor, texts, SAMPLED, [5, 6, 7])
+    start = [executor.pos(s) for s in sids]
+    seen = []
+
+    def on_step(tokens):
+        seen.append(tokens)
+        return len(seen) == 3
+
+    outs = executor.decode([BatchInput(s, (t,), executor.pos(s)) for s, t in zip(sids, firsts)],
+                           10, on_step)
+    ran = 3 if backend == "ort-cpu" else 4
+    assert [list(o.tokens) for o in outs] == [e[:ran] for e in expected]
+    assert seen == [list(column) for column in zip(*(e[:ran] for e in expected))]
+    assert [executor.pos(s) for s in sids] == [p + ran for p in start]
+    executor.cache.check()
+
+
 def test_bad_chains_are_refused_and_change_nothing(tiny_artifact):
     executor = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 4),
                              max_sessions=4, max_session_tokens=40)
@@ -106,10 +134,11 @@ def test_bad_chains_are_refused_and_change_nothing(tiny_artifact):
         "one session twice": (good + good[:1], 2),
         "token outside the vocabulary": ([BatchInput(sids[0], (10 ** 6,),
                                                      executor.pos(sids[0]))], 2),
+        "on_step not callable": (good, 2, "stop"),
     }
-    for name, (batch, steps) in bad.items():
+    for name, (batch, steps, *on_step) in bad.items():
         with pytest.raises(InvalidArgument):
-            executor.decode(batch, steps)
+            executor.decode(batch, steps, *on_step)
         assert [(executor.pos(s), executor.cache.cells_of(s).tolist()) for s in sids] == before, \
             name
     # the budget is exact: the last step may feed the budget's last position
