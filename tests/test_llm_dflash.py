@@ -136,7 +136,7 @@ def test_cpu_speculates_few_proposals_by_default(tmp_path_factory):
 
 def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypatch):
     """What the caller leaves None is set per backend: ort-cpu few proposals and at most 4
-    sessions; ort-cuda with CellAttention 7 proposals and at most 4 sessions; ort-cuda with
+    sessions; ort-cuda with CellAttention 7 proposals and at most 2 sessions; ort-cuda with
     standard-op attention the executor's own (block - 1, no limit). Given values are kept."""
     from cellspec.artifact import Manifest
     from cellspec.llm import speculation_defaults
@@ -146,8 +146,8 @@ def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypat
     manifest = dataclasses.replace(small, draft=dataclasses.replace(small.draft, block_size=16))
     assert speculation_defaults("ort-cpu", manifest, None, None) == (3, 4)
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
-    assert speculation_defaults("ort-cuda", manifest, None, None) == (7, 4)
-    assert speculation_defaults("ort-cuda", small, None, None) == (3, 4)
+    assert speculation_defaults("ort-cuda", manifest, None, None) == (7, 2)
+    assert speculation_defaults("ort-cuda", small, None, None) == (3, 2)
     assert speculation_defaults("ort-cuda", manifest, 12, 8) == (12, 8)
     monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION")
     assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None)

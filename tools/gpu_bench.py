@@ -510,8 +510,8 @@ def main() -> None:
         "--chains", default="1", help="decode steps per call, each timed in turn: 1 = one "
         "`execute` per step, k > 1 = `Executor.decode` chains of k (e.g. 1,8)")
     commands.choices["smollm2"].add_argument(
-        "--chain-steps", default="8", help="the LLM's decode chains, each measured in turn "
-        "for plain decoding (e.g. 1,8; 1 = no chains)")
+        "--chain-steps", default="16", help="the LLM's decode chains (default: the LLM's "
+        "16), each measured in turn for plain decoding (e.g. 1,16; 1 = no chains)")
     commands.choices["dflash"].add_argument("--shape", default="C")
     for name in ("steps", "dflash"):
         commands.choices[name].add_argument("--profile", action="store_true",

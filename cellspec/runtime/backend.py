@@ -67,29 +67,26 @@ class Pools:
 
 
 class Chain(ABC):
-    """Decode steps launched one after another: `launch` stages a step and starts its run, which
-    goes on while the host plans the next; `collect` waits for it, commits its keys and values
-    and keeps its drawn tokens; `tokens` returns every step's, [steps, rows]."""
+    """Decode steps launched one after another where the engine runs: `launch` starts a step
+    and returns while it runs (the host plans the next meanwhile); `row` waits for a step's
+    drawn tokens; `tokens` returns every step's, [steps, rows]."""
 
     @abstractmethod
     def launch(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
                cells: np.ndarray, draws: Draws, static: bool, fed_back: bool) -> None:
-        """Start a step (the previous one collected). fed_back: the first `rows` tokens of the
-        step are the ones the previous step drew, copied where they are."""
-
-    @abstractmethod
-    def collect(self) -> None: ...
+        """Start a step: run it, commit its keys and values, draw its tokens. fed_back: the
+        first `rows` tokens of the step are the ones the previous step drew, copied there."""
 
     @abstractmethod
     def row(self, step: int) -> list[int]:
-        """The tokens a collected step drew."""
+        """The tokens step `step` drew (waits for them)."""
 
     @abstractmethod
     def tokens(self) -> np.ndarray: ...
 
     @abstractmethod
     def abandon(self) -> None:
-        """After an error: wait for a run still going, so nothing writes the buffers later."""
+        """After an error: wait for what is still running, so nothing writes the buffers later."""
 
 
 def kv_pairs(num_layers: int) -> list[tuple[str, str]]:

@@ -50,6 +50,13 @@ extern "C" __global__ void gather_rows(char* dst, const char* pool, const long l
 """
 
 
+class _Done:
+    """HostDevice's mark: its work is done when queued."""
+
+    def synchronize(self) -> None:
+        pass
+
+
 @dataclass
 class Buffer:
     """`nbytes` of device memory at the fixed address `ptr`."""
@@ -90,6 +97,12 @@ class HostDevice:
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         """Device to device, between addresses inside buffers."""
         self._bytes(dst, nbytes)[:] = self._bytes(src, nbytes)
+
+    def download_later(self, host: np.ndarray, ptr: int) -> None:
+        host.reshape(-1).view(np.uint8)[:] = self._bytes(ptr, host.nbytes)
+
+    def mark(self) -> _Done:
+        return _Done()
 
     def commit(self, pools: Buffer, news: Buffer, cells: Buffer, count: int,
                row_bytes: int) -> None:
@@ -162,6 +175,16 @@ class CudaDevice:
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         """Device to device, between addresses inside buffers, on the stream."""
         self.cuda.memcpy_dtod_async(dst, src, nbytes, self.stream)
+
+    def download_later(self, host: np.ndarray, ptr: int) -> None:
+        """Device to page-locked `host`, on the stream: read it after a later mark's wait."""
+        self.cuda.memcpy_dtoh_async(host, ptr, self.stream)
+
+    def mark(self):
+        """An event recorded on the stream now: `.synchronize()` waits for the work before it."""
+        event = self.cuda.Event()
+        event.record(self.stream)
+        return event
 
     def commit(self, pools: Buffer, news: Buffer, cells: Buffer, count: int,
                row_bytes: int) -> None:

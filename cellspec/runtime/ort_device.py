@@ -15,11 +15,9 @@ or the sampler graph on the device), the taps, the proposals.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import numpy as np
@@ -69,8 +67,8 @@ class DeviceEngine(Engine):
     context is given"); the buffers are the engine's, shared."""
 
     def __init__(self, path: Path, session, device, limits: dict[str, int],
-                 wide=None) -> None:
-        self.path, self.device = path, device
+                 wide=None, in_order: bool = False) -> None:
+        self.path, self.device, self.in_order = path, device, in_order
         self.main = _Session(session)
         self.wide = None if wide is None else _Session(wide)
         self.active = self.main
@@ -92,8 +90,11 @@ class DeviceEngine(Engine):
             elif not name.startswith(("k_pool.", "v_pool.")) and name != names.LOGITS:
                 self.sizes[name] = size  # (pools and the sampler's logits are borrowed)
                 arena += _aligned(size)
-        # a step's host feeds, packed: one copy to the device per step, not one per input
-        self.arena, self.arena_host = device.alloc(arena), device.pinned(arena)
+        # a step's host feeds, packed: one copy to the device per step, not one per input;
+        # page-locked on the host twice, in turns, so that a step is staged while the copy of
+        # the one before may still be queued (see DeviceChain)
+        self.arena = device.alloc(arena)
+        self.arena_hosts, self.turn = (device.pinned(arena), device.pinned(arena)), 0
         self.layouts: dict[tuple, tuple[dict[str, int], int]] = {}  # see _layout
 
     @property
@@ -117,10 +118,12 @@ class DeviceEngine(Engine):
             else:
                 staged[name] = data
         offsets, end = self._layout(feeds, staged)
+        self.turn ^= 1
+        arena_host = self.arena_hosts[self.turn]
         for name, data in staged.items():
-            self.arena_host[offsets[name]: offsets[name] + data.size] = data
+            arena_host[offsets[name]: offsets[name] + data.size] = data
         if staged:
-            self.device.upload(self.arena, self.arena_host[:end])
+            self.device.upload(self.arena, arena_host[:end])
         for name in staged:
             self._bind(name, feeds[name].shape, self.arena.ptr + offsets[name], is_input=True)
         return dims
@@ -203,26 +206,13 @@ class DeviceEngine(Engine):
         return self.shape_memo[key]
 
     def run(self, graph_key: tuple | None) -> None:
+        """Run the bound step. In order on the device's stream (`in_order`), the run is only
+        queued: what was staged before it is read first, and what is queued after it reads
+        its outputs; else the staged inputs are waited for and the run is waited for."""
         session, options = self.active, self._options(graph_key)
-        self.device.synchronize()  # the staged inputs (and the last commit) are in place
+        if not self.in_order:
+            self.device.synchronize()  # the staged inputs (and the last commit) are in place
         self._run(session, options)
-
-    def start(self, graph_key: tuple | None, worker: ThreadPoolExecutor) -> Future:
-        """`run` on the worker's thread (ONNX Runtime lets go of the GIL while it runs): the
-        host goes on meanwhile; the future's result is None, or the run's ExecutionFailed.
-        Returns once the worker is about to call ONNX Runtime: a thread that only waits for
-        the GIL would wait for the host's Python to block (up to the 5 ms switch interval)."""
-        session, options = self.active, self._options(graph_key)
-        self.device.synchronize()
-        started = threading.Event()
-
-        def run() -> None:
-            started.set()  # the GIL is let go of next, inside run_with_iobinding
-            self._run(session, options)
-
-        future = worker.submit(run)
-        started.wait()
-        return future
 
     def _options(self, graph_key: tuple | None):
         graph_id = self.active.graph_ids.get(graph_key) if self.device.ort_device == "cuda" \
@@ -235,6 +225,9 @@ class DeviceEngine(Engine):
             options.log_severity_level = QUIET
             if self.device.ort_device == "cuda":  # -1 (GraphIds.UNCAPTURED): not captured
                 options.add_run_config_entry("gpu_graph_id", str(graph_id))
+                if self.in_order:  # return once queued: the stream orders what follows
+                    options.add_run_config_entry("disable_synchronize_execution_providers",
+                                                 "1")
             self.run_options[graph_id] = options
         return options
 
@@ -309,14 +302,18 @@ class OrtDeviceBackend(Backend):
         self.attention = attention  # how Attention nodes are rewritten: see _make_session
         self.limits, self.policy, self.sampler_path = limits, policy, sampler
         self.sampler: DeviceEngine | None = None
+        # ONNX Runtime queues its runs on the device's own stream (user_compute_stream):
+        # stagings, runs, commits and draws then keep their order with no wait between them
+        self.in_order = any(isinstance(p, tuple) and "user_compute_stream" in p[1]
+                            for p in providers)
         self.cells = device.alloc(8 * limits["S"] * limits["Q"])
-        self.cells_staging = device.pinned(8 * limits["S"] * limits["Q"])
+        self.cells_stagings = [device.pinned(8 * limits["S"] * limits["Q"]) for _ in range(2)]
         self.gather_cells = device.alloc(8 * limits["S"] * limits["Q"])
         self.gather_staging = device.pinned(8 * limits["S"] * limits["Q"])
         self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, all runs
         self.wanted_memo: dict[tuple, tuple] = {}  # see _wanted
-        self.worker: ThreadPoolExecutor | None = None  # runs a chain's steps (start_chain)
         self.history: Buffer | None = None  # a chain's drawn tokens, [steps, rows] int64
+        self.history_host: np.ndarray | None = None  # the same, page-locked on the host
 
     def shape_policy(self, manifest: Manifest) -> ShapePolicy:
         return self.policy
@@ -326,7 +323,7 @@ class OrtDeviceBackend(Backend):
         wide = None
         if any(i.name == ATTN_SEQLENS for i in session.get_inputs()):
             wide = _make_session(path, self.providers, "decomposed")
-        return DeviceEngine(path, session, self.device, self.limits, wide)
+        return DeviceEngine(path, session, self.device, self.limits, wide, self.in_order)
 
     def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
                    dtype) -> DevicePools:
@@ -396,7 +393,8 @@ class OrtDeviceBackend(Backend):
 
     def _stage_cells(self, cells: np.ndarray) -> None:
         flat = np.ascontiguousarray(cells.reshape(-1), dtype=np.int64).view(np.uint8)
-        staged = self.cells_staging[: flat.size]
+        self.cells_stagings.reverse()  # in turns, as the engines' arenas
+        staged = self.cells_stagings[0][: flat.size]
         staged[:] = flat
         self.device.upload(self.cells, staged)
 
@@ -427,28 +425,32 @@ class OrtDeviceBackend(Backend):
         return sample_dims
 
     def start_chain(self, steps: int, rows: int) -> DeviceChain:
-        if self.worker is None:
-            self.worker = ThreadPoolExecutor(1, thread_name_prefix="cellspec-run")
         nbytes = 8 * steps * rows
         if self.history is None or self.history.nbytes < nbytes:
             self.history = self.device.alloc(max(nbytes, 4096))
+            self.history_host = self.device.pinned(max(nbytes, 4096))
         return DeviceChain(self, rows)
 
 
 class DeviceChain(Chain):
-    """Decode steps on the device, each run on the backend's worker thread while the host
-    plans the next. A step's drawn tokens go device to device into the chain's history (row
-    k: step k's) and from there into the next step's token input; the host reads them once,
-    at the end."""
+    """Decode steps queued on the device's stream, which ONNX Runtime runs on too: a step's
+    staging, run, commit and draw are queued at once, and the host goes on to plan the next
+    while the device works. Each step's drawn tokens go device to device into the chain's
+    history (row k: step k's), from there into the next step's token input, and to
+    page-locked host memory, read once the step's mark is passed. The host stays at most two
+    steps ahead: a step's page-locked staging is reused two steps later."""
 
     def __init__(self, backend: OrtDeviceBackend, rows: int) -> None:
-        self.backend, self.rows, self.count = backend, rows, 0
-        self.running: tuple | None = None  # the launched step: what collect needs of it
+        self.backend, self.rows = backend, rows
+        self.marks: list = []  # per step queued: passed when its tokens are on the host
 
     def launch(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
                cells: np.ndarray, draws: Draws, static: bool, fed_back: bool) -> None:
-        assert self.running is None and isinstance(engine, DeviceEngine)
-        backend, clock = self.backend, _Clock(self.backend.timings)
+        assert isinstance(engine, DeviceEngine)
+        backend, clock, step = self.backend, _Clock(self.backend.timings), len(self.marks)
+        if step >= 2:
+            self.marks[step - 2].synchronize()  # its staging buffers are this step's
+        clock.lap("wait")
         dims = engine.stage(feeds)
         for p in pools:
             engine.bind_pools(p)
@@ -457,50 +459,47 @@ class DeviceChain(Chain):
         engine.bind_outputs(dims, backend._wanted([], pools, names.GREEDY if is_greedy
                                                   else names.LOGITS))
         if fed_back:
-            backend.device.copy(engine.input_address(names.TOKENS), self._row(self.count - 1),
+            backend.device.copy(engine.input_address(names.TOKENS), self._row(step - 1),
                                 8 * self.rows)
-        future = engine.start(_graph_key(feeds) if static else None, backend.worker)
-        self.running = (engine, dims, pools, cells.size, draws, static, is_greedy, future)
         clock.lap("stage")
-
-    def collect(self) -> None:
-        assert self.running is not None
-        engine, dims, pools, count, draws, static, is_greedy, future = self.running
-        self.running = None
-        backend, clock = self.backend, _Clock(self.backend.timings)
-        future.result()
+        engine.run(_graph_key(feeds) if static else None)
         clock.lap("run")
         for p in pools:
             pool_table, new_table = p.tables_for(engine)
-            backend.device.commit(pool_table, new_table, backend.cells, count, p.row_bytes)
+            backend.device.commit(pool_table, new_table, backend.cells, cells.size, p.row_bytes)
         clock.lap("commit")
         if is_greedy:
             drawn = engine.buffers[names.GREEDY].ptr
         else:
             backend._sample(engine, dims, draws, static)
             drawn = backend.sampler.buffers[names.TOKENS].ptr
-        backend.device.copy(self._row(self.count), drawn, 8 * self.rows)
-        self.count += 1
+        backend.device.copy(self._row(step), drawn, 8 * self.rows)
+        backend.device.download_later(self._host(step), self._row(step))
+        self.marks.append(backend.device.mark())
         clock.lap("draw")
 
     def row(self, step: int) -> list[int]:
-        host = np.empty(self.rows, np.int64)
-        self.backend.device.download(host, Buffer(self._row(step), host.nbytes, None))
-        return host.tolist()
+        self.marks[step].synchronize()
+        return self._host(step).tolist()
 
     def tokens(self) -> np.ndarray:
-        host = np.empty((self.count, self.rows), np.int64)
-        history = self.backend.history
-        self.backend.device.download(host, Buffer(history.ptr, host.nbytes, history.handle))
-        return host
+        if self.marks:
+            self.marks[-1].synchronize()
+        host = self.backend.history_host[: 8 * self.rows * len(self.marks)]
+        return host.view(np.int64).reshape(len(self.marks), self.rows).copy()
 
     def abandon(self) -> None:
-        if self.running is not None:
-            future, self.running = self.running[-1], None
-            wait([future])
+        try:
+            self.backend.device.synchronize()
+        except ExecutionFailed:
+            pass  # the error being raised already says what failed
 
     def _row(self, step: int) -> int:
         return self.backend.history.ptr + 8 * self.rows * step
+
+    def _host(self, step: int) -> np.ndarray:
+        start = 8 * self.rows * step
+        return self.backend.history_host[start: start + 8 * self.rows].view(np.int64)
 
 
 class _Clock:
@@ -548,7 +547,13 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     from cellspec.runtime.device import CudaDevice
 
     device = CudaDevice()
-    providers = [("CUDAExecutionProvider", CUDA_PROVIDER_OPTIONS)]
+    options = dict(CUDA_PROVIDER_OPTIONS)
+    if cuda_attention() == "cell":  # ONNX Runtime on PyCUDA's stream, runs queued in order
+        # (with standard-op attention a CUDA graph capture on that stream failed on the H200,
+        # error 901 at 4 sessions: that mode keeps the provider's own stream and waits)
+        options |= {"has_user_compute_stream": "1",
+                    "user_compute_stream": str(device.stream.handle)}
+    providers = [("CUDAExecutionProvider", options)]
     sampler = folder / manifest.graphs["sample"] if "sample" in manifest.graphs else None
     # "decomposed" by default: standard ops give the same token alone or in a batch (greedy),
     # and with or without speculation in float32, and keep wide steps (prompts, verifies of

@@ -140,15 +140,12 @@ class TargetModel:
                 slots = np.arange(rows) * shape.width
                 feeds, step_draws = self._feeds(plan, shape, tokens[:, None] if k == 0
                                                 else placeholder, slots, step_draws)
-                if k:
-                    chain.collect()  # step k - 1: its run went on while step k was planned
                 chain.launch(self.engine, pools, feeds, plan.cells, step_draws,
                              shape.is_static, fed_back=k > 0)
                 self.cache.commit_step(plan)
                 self.stats[f"chain {shape.label}"].add(rows, time.perf_counter() - start)
                 if on_step is not None and k and on_step(chain.row(k - 1)):
-                    break  # step k runs on: it is collected and reported below
-            chain.collect()
+                    break  # step k runs on: it is reported below
             out = chain.tokens()
             if on_step is not None:
                 on_step(out[-1].tolist())

@@ -82,9 +82,10 @@ def test_graph_replay_equals_uncaptured(request, smollm2_by_dtype, attention, sa
 
 @pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
 def test_decode_chains_equal_steps(smollm2_by_dtype, attention, sampling):
-    """`Executor.decode` on the device (each run on the backend's worker thread while the host
-    plans the next step, the drawn tokens fed back device to device) gives step-by-step
-    `execute`'s tokens: the same shapes run in the same order."""
+    """`Executor.decode` on the device (each step queued on the stream ONNX Runtime runs on
+    while the host plans the next, the drawn tokens fed back device to device) gives
+    step-by-step `execute`'s tokens, to the caller and to on_step as each step ends: the same
+    shapes run in the same order."""
     artifact = smollm2_by_dtype("float16")
     ids = prompt_ids(artifact)
     executor = Executor.load(artifact, backend="ort-cuda", max_sessions=4)
@@ -94,12 +95,14 @@ def test_decode_chains_equal_steps(smollm2_by_dtype, attention, sampling):
         executor.set_sampling(sid, sampling, 5)
     firsts = executor.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, ids)])
     chained = [list(o.tokens) for o in firsts]
+    seen = []  # each step's tokens as on_step got them, one step behind the device
     for steps in (8, 8, 23):
         outs = executor.decode([BatchInput(s, (t[-1],), executor.pos(s))
-                                for s, t in zip(sids, chained)], steps)
+                                for s, t in zip(sids, chained)], steps, seen.append)
         for tokens, out in zip(chained, outs):
             tokens += out.tokens
     assert chained == stepped
+    assert seen == [list(column) for column in zip(*(t[1:] for t in stepped))]
     assert any(label.startswith("chain static") for label in executor.target.stats)
 
 

@@ -1,19 +1,95 @@
 """Decode chains (`Executor.decode`): `steps` decode steps in one call, each step's drawn tokens
-fed to the next where they were drawn. On `ort-cuda` the host plans each step while the device
-runs the one before; here the same path runs on the IOBinding backend over numpy memory, its
-runs on the backend's worker thread. A chain must give exactly the tokens, cells and pool rows
-of `steps` plain `execute` calls."""
+fed to the next where they were drawn. On `ort-cuda` every step is queued on the stream ONNX
+Runtime runs on, and the host plans the next while the device works; here the same path runs on
+the IOBinding backend over numpy memory, also over a device whose work waits in a queue until
+something waits for it. A chain must give exactly the tokens, cells and pool rows of `steps`
+plain `execute` calls."""
 
 import numpy as np
 import pytest
 
 from cellspec.errors import InvalidArgument
+from cellspec.runtime.device import HostDevice
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput
 
 from .test_executor import GREEDY, SAMPLED, decode, prompts
 from .test_ort_device import host_backend, prefill
+
+
+class QueuedDevice(HostDevice):
+    """HostDevice whose work waits in a queue, as on a stream: uploads, copies, commits and
+    downloads run when something waits (a mark, a synchronize, a download) or when a run
+    starts (a run reads what was queued before it, and runs at once). A host that read device
+    results or reused a staging buffer without waiting would see stale bytes."""
+
+    def __init__(self):
+        super().__init__()
+        self.queue = []
+
+    def upload(self, buffer, host):
+        self.queue.append(lambda: HostDevice.upload(self, buffer, host))
+
+    def copy(self, dst, src, nbytes):
+        self.queue.append(lambda: HostDevice.copy(self, dst, src, nbytes))
+
+    def download_later(self, host, ptr):
+        self.queue.append(lambda: HostDevice.download_later(self, host, ptr))
+
+    def commit(self, *args):
+        self.queue.append(lambda: HostDevice.commit(self, *args))
+
+    def gather(self, *args):
+        self.queue.append(lambda: HostDevice.gather(self, *args))
+
+    def download(self, host, buffer):
+        self.synchronize()
+        HostDevice.download(self, host, buffer)
+
+    def synchronize(self):
+        self.flush(len(self.queue))
+
+    def flush(self, count):
+        done, self.queue = self.queue[:count], self.queue[count:]
+        for work in done:
+            work()
+        self.flushed = getattr(self, "flushed", 0) + count
+
+    def mark(self):
+        device, end = self, getattr(self, "flushed", 0) + len(self.queue)
+
+        class Mark:
+            def synchronize(self):
+                device.flush(max(0, end - device.flushed))
+
+        return Mark()
+
+
+def queued_backend(artifact, max_sessions):
+    """host_backend over a QueuedDevice, in order as ort-cuda's: no wait before a run, which
+    first runs the queue (what the stream would have done before it)."""
+    backend = host_backend(artifact, max_sessions)
+    backend.device, backend.in_order = QueuedDevice(), True
+    load = backend.load_engine
+
+    def load_engine(path):
+        engine = load(path)
+        run = engine._run
+
+        def ordered(session, options):
+            backend.device.synchronize()
+            run(session, options)
+
+        engine._run, engine.in_order = ordered, True
+        return engine
+
+    backend.load_engine = load_engine
+    for name in ("cells", "gather_cells"):
+        setattr(backend, name, backend.device.alloc(getattr(backend, name).nbytes))
+    backend.cells_stagings = [backend.device.pinned(s.nbytes) for s in backend.cells_stagings]
+    backend.gather_staging = backend.device.pinned(backend.gather_staging.nbytes)
+    return backend
 
 
 def pool_rows(executor, sid):
@@ -25,13 +101,14 @@ def pool_rows(executor, sid):
 
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("count", [1, 3, 8])
-def test_a_chain_equals_plain_steps(tiny_artifact, sampling, count):
-    """Batches 1 and 8 fill a static bucket, 3 is padded to 4 rows."""
+@pytest.mark.parametrize("make", [host_backend, queued_backend], ids=["host", "queued"])
+def test_a_chain_equals_plain_steps(tiny_artifact, sampling, count, make):
+    """Batches 1 and 8 fill a static bucket, 3 is padded to 4 rows. On the queued device
+    nothing is done until waited for, as on a stream."""
     texts = prompts(count, seed=count)
     results = []
     for chained in (False, True):
-        executor = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 8),
-                                 max_sessions=8)
+        executor = Executor.load(tiny_artifact, backend=make(tiny_artifact, 8), max_sessions=8)
         sids, firsts = prefill(executor, texts, sampling, range(40, 40 + count))
         if chained:
             outs = executor.decode([BatchInput(s, (t,), executor.pos(s))
@@ -88,7 +165,7 @@ def test_ort_cpu_chains_are_plain_steps(tiny_artifact):
     assert [list(o.tokens) for o in outs] == decode(again, sids2, firsts2, 5)
 
 
-@pytest.mark.parametrize("backend", ["ort-cpu", "host"])
+@pytest.mark.parametrize("backend", ["ort-cpu", "host", "queued"])
 def test_on_step_sees_every_step_and_ends_the_chain(tiny_artifact, backend):
     """Told to stop after step 3, a chain on ort-cpu runs 3 steps; on a backend that runs ahead
     the 4th is already running and is returned too. Either way the tokens are plain decoding's,
@@ -97,8 +174,9 @@ def test_on_step_sees_every_step_and_ends_the_chain(tiny_artifact, backend):
     plain = Executor.load(tiny_artifact, max_sessions=4)
     sids, firsts = prefill(plain, texts, SAMPLED, [5, 6, 7])
     expected = decode(plain, sids, firsts, 10)
-    executor = Executor.load(tiny_artifact, max_sessions=4, backend="ort-cpu" if backend ==
-                             "ort-cpu" else host_backend(tiny_artifact, 4))
+    makers = {"ort-cpu": lambda *_: "ort-cpu", "host": host_backend, "queued": queued_backend}
+    executor = Executor.load(tiny_artifact, max_sessions=4,
+                             backend=makers[backend](tiny_artifact, 4))
     sids, firsts = prefill(executor, texts, SAMPLED, [5, 6, 7])
     start = [executor.pos(s) for s in sids]
     seen = []
