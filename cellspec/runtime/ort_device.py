@@ -45,6 +45,31 @@ _INSTALL = "pip install 'cellspec[gpu]' (onnxruntime-gpu and pycuda)"
 DISABLED_OPTIMIZERS = ["GatherSliceToSplitFusion"]
 
 
+class _Staging:
+    """Page-locked host buffers, used in turns, for copies to the device that are queued and
+    not waited for: a buffer is written again only once the copy queued from it last has run
+    (its mark is passed). Runs on the device's stream do not wait for their inputs' copies, so
+    three pieces in a row (a long drain) would otherwise overwrite a copy still queued."""
+
+    def __init__(self, device, nbytes: int, count: int = 2) -> None:
+        self.device, self.turn = device, 0
+        self.buffers = [device.pinned(nbytes) for _ in range(count)]
+        self.marks: list = [None] * count
+
+    def take(self) -> np.ndarray:
+        """The next buffer, free to write."""
+        self.turn = (self.turn + 1) % len(self.buffers)
+        if self.marks[self.turn] is not None:
+            self.marks[self.turn].synchronize()
+            self.marks[self.turn] = None
+        return self.buffers[self.turn]
+
+    def upload(self, buffer: Buffer, nbytes: int) -> None:
+        """Queue the copy of the taken buffer's first `nbytes` to `buffer`."""
+        self.device.upload(buffer, self.buffers[self.turn][:nbytes])
+        self.marks[self.turn] = self.device.mark()
+
+
 class _Session:
     """An ONNX Runtime session, its IOBinding and the CUDA graphs it captured."""
 
@@ -90,11 +115,8 @@ class DeviceEngine(Engine):
             elif not name.startswith(("k_pool.", "v_pool.")) and name != names.LOGITS:
                 self.sizes[name] = size  # (pools and the sampler's logits are borrowed)
                 arena += _aligned(size)
-        # a step's host feeds, packed: one copy to the device per step, not one per input;
-        # page-locked on the host twice, in turns, so that a step is staged while the copy of
-        # the one before may still be queued (see DeviceChain)
-        self.arena = device.alloc(arena)
-        self.arena_hosts, self.turn = (device.pinned(arena), device.pinned(arena)), 0
+        # a step's host feeds, packed: one copy to the device per step, not one per input
+        self.arena, self.staging = device.alloc(arena), _Staging(device, arena)
         self.layouts: dict[tuple, tuple[dict[str, int], int]] = {}  # see _layout
 
     @property
@@ -118,12 +140,11 @@ class DeviceEngine(Engine):
             else:
                 staged[name] = data
         offsets, end = self._layout(feeds, staged)
-        self.turn ^= 1
-        arena_host = self.arena_hosts[self.turn]
-        for name, data in staged.items():
-            arena_host[offsets[name]: offsets[name] + data.size] = data
         if staged:
-            self.device.upload(self.arena, arena_host[:end])
+            arena_host = self.staging.take()
+            for name, data in staged.items():
+                arena_host[offsets[name]: offsets[name] + data.size] = data
+            self.staging.upload(self.arena, end)
         for name in staged:
             self._bind(name, feeds[name].shape, self.arena.ptr + offsets[name], is_input=True)
         return dims
@@ -307,9 +328,9 @@ class OrtDeviceBackend(Backend):
         self.in_order = any(isinstance(p, tuple) and "user_compute_stream" in p[1]
                             for p in providers)
         self.cells = device.alloc(8 * limits["S"] * limits["Q"])
-        self.cells_stagings = [device.pinned(8 * limits["S"] * limits["Q"]) for _ in range(2)]
+        self.cells_staging = _Staging(device, 8 * limits["S"] * limits["Q"])
         self.gather_cells = device.alloc(8 * limits["S"] * limits["Q"])
-        self.gather_staging = device.pinned(8 * limits["S"] * limits["Q"])
+        self.gather_staging = _Staging(device, 8 * limits["S"] * limits["Q"])
         self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, all runs
         self.wanted_memo: dict[tuple, tuple] = {}  # see _wanted
         self.history: Buffer | None = None  # a chain's drawn tokens, [steps, rows] int64
@@ -380,9 +401,8 @@ class OrtDeviceBackend(Backend):
         pools = gather.pools
         assert isinstance(pools, DevicePools)
         flat = np.ascontiguousarray(gather.cells.reshape(-1), dtype=np.int64).view(np.uint8)
-        staged = self.gather_staging[: flat.size]
-        staged[:] = flat
-        self.device.upload(self.gather_cells, staged)
+        self.gather_staging.take()[: flat.size] = flat
+        self.gather_staging.upload(self.gather_cells, flat.size)
         buffer = engine.input_buffer(gather.name)
         self.device.gather(buffer, pools.buffers[gather.pool], self.gather_cells,
                            gather.cells.size, pools.row_bytes)
@@ -393,10 +413,8 @@ class OrtDeviceBackend(Backend):
 
     def _stage_cells(self, cells: np.ndarray) -> None:
         flat = np.ascontiguousarray(cells.reshape(-1), dtype=np.int64).view(np.uint8)
-        self.cells_stagings.reverse()  # in turns, as the engines' arenas
-        staged = self.cells_stagings[0][: flat.size]
-        staged[:] = flat
-        self.device.upload(self.cells, staged)
+        self.cells_staging.take()[: flat.size] = flat
+        self.cells_staging.upload(self.cells, flat.size)
 
     def _draw(self, engine: DeviceEngine, dims: dict[str, int], draws: Draws,
               static: bool, is_greedy: bool) -> np.ndarray:
@@ -438,7 +456,7 @@ class DeviceChain(Chain):
     while the device works. Each step's drawn tokens go device to device into the chain's
     history (row k: step k's), from there into the next step's token input, and to
     page-locked host memory, read once the step's mark is passed. The host stays at most two
-    steps ahead: a step's page-locked staging is reused two steps later."""
+    steps ahead: a step's page-locked staging (`_Staging`) is written again two steps later."""
 
     def __init__(self, backend: OrtDeviceBackend, rows: int) -> None:
         self.backend, self.rows = backend, rows
@@ -448,10 +466,7 @@ class DeviceChain(Chain):
                cells: np.ndarray, draws: Draws, static: bool, fed_back: bool) -> None:
         assert isinstance(engine, DeviceEngine)
         backend, clock, step = self.backend, _Clock(self.backend.timings), len(self.marks)
-        if step >= 2:
-            self.marks[step - 2].synchronize()  # its staging buffers are this step's
-        clock.lap("wait")
-        dims = engine.stage(feeds)
+        dims = engine.stage(feeds)  # (waits for the copy queued from its buffer two steps ago)
         for p in pools:
             engine.bind_pools(p)
         backend._stage_cells(cells)

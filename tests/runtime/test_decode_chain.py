@@ -12,6 +12,7 @@ from cellspec.errors import InvalidArgument
 from cellspec.runtime.device import HostDevice
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
+from cellspec.runtime.ort_device import _Staging
 from cellspec.runtime.types import BatchInput
 
 from .test_executor import GREEDY, SAMPLED, decode, prompts
@@ -87,8 +88,8 @@ def queued_backend(artifact, max_sessions):
     backend.load_engine = load_engine
     for name in ("cells", "gather_cells"):
         setattr(backend, name, backend.device.alloc(getattr(backend, name).nbytes))
-    backend.cells_stagings = [backend.device.pinned(s.nbytes) for s in backend.cells_stagings]
-    backend.gather_staging = backend.device.pinned(backend.gather_staging.nbytes)
+    for name in ("cells_staging", "gather_staging"):
+        setattr(backend, name, _Staging(backend.device, getattr(backend, name).buffers[0].size))
     return backend
 
 
