@@ -14,7 +14,7 @@ from cellspec.errors import CellspecError
 from cellspec.plugins import build
 from cellspec.plugins.build import PluginUnavailable, build_library
 from cellspec.rewrite import CELLSPEC_DOMAIN, cell_attention_for_cuda
-from cellspec.runtime.ort_device import _make_session
+from cellspec.runtime.device_sessions import load_session
 
 
 def graph_path(artifact, method):
@@ -333,4 +333,4 @@ def test_cell_attention_without_its_library_is_refused_with_the_reason(plugin_en
     monkeypatch.setenv("PATH", str(plugin_env / "nowhere"))
     monkeypatch.setenv("CUDA_HOME", str(plugin_env / "nowhere"))
     with pytest.raises(CellspecError, match="nvcc"):
-        _make_session(graph_path(dflash_artifact, "target"), ["CPUExecutionProvider"], "cell")
+        load_session(graph_path(dflash_artifact, "target"), ["CPUExecutionProvider"], "cell")

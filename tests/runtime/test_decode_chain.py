@@ -10,9 +10,9 @@ import pytest
 
 from cellspec.errors import InvalidArgument
 from cellspec.runtime.device import HostDevice
+from cellspec.runtime.device_engine import Staging
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
-from cellspec.runtime.ort_device import _Staging
 from cellspec.runtime.types import BatchInput
 
 from .test_executor import GREEDY, SAMPLED, decode, prompts
@@ -89,7 +89,7 @@ def queued_backend(artifact, max_sessions):
     for name in ("cells", "gather_cells"):
         setattr(backend, name, backend.device.alloc(getattr(backend, name).nbytes))
     for name in ("cells_staging", "gather_staging"):
-        setattr(backend, name, _Staging(backend.device, getattr(backend, name).buffers[0].size))
+        setattr(backend, name, Staging(backend.device, getattr(backend, name).buffers[0].size))
     return backend
 
 

@@ -142,7 +142,11 @@ def test_nodes_the_cuda_provider_cannot_run_are_named(tmp_path):
     from onnx import TensorProto, helper
 
     from cellspec.errors import InvalidArtifact
-    from cellspec.runtime.ort_device import CUDA_KERNEL_GAPS, _check_placeable, unsupported_nodes
+    from cellspec.runtime.device_sessions import (
+        CUDA_KERNEL_GAPS,
+        _check_placeable,
+        unsupported_nodes,
+    )
 
     graph = helper.make_graph(
         [helper.make_node("ReduceMax", ["x"], ["m"], name="/norm/ReduceMax", keepdims=1),

@@ -1,0 +1,280 @@
+"""One ONNX Runtime graph on IOBinding over device buffers (`DeviceEngine`): a buffer per input
+and output at its largest shape, a step's host inputs packed into one page-locked arena and copied
+in one call, inputs bound by address, one CUDA graph per static shape. `Staging` is the
+page-locked memory such copies are queued from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cellspec import artifact as names
+from cellspec.errors import ExecutionFailed, InvalidArgument
+from cellspec.rewrite import HOST_INPUTS
+from cellspec.runtime.backend import Engine, Pools, TensorSpec
+from cellspec.runtime.bindings import GraphIds, shape_of, step_dims
+from cellspec.runtime.device import Buffer
+from cellspec.runtime.device_sessions import QUIET
+
+if TYPE_CHECKING:
+    from cellspec.runtime.ort_device import DevicePools
+
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
+              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+              "tensor(bfloat16)": None}
+_BF16 = 16  # onnx.TensorProto.BFLOAT16: numpy has no bfloat16, bind it by its ONNX type
+
+
+class Staging:
+    """Page-locked host buffers, used in turns, for copies to the device that are queued and
+    not waited for: a buffer is written again only once the copy queued from it last has run
+    (its mark is passed). Runs on the device's stream do not wait for their inputs' copies, so
+    three pieces in a row (a long drain) would otherwise overwrite a copy still queued."""
+
+    def __init__(self, device, nbytes: int, count: int = 2) -> None:
+        self.device, self.turn = device, 0
+        self.buffers = [device.pinned(nbytes) for _ in range(count)]
+        self.marks: list = [None] * count
+
+    def take(self) -> np.ndarray:
+        """The next buffer, free to write."""
+        self.turn = (self.turn + 1) % len(self.buffers)
+        if self.marks[self.turn] is not None:
+            self.marks[self.turn].synchronize()
+            self.marks[self.turn] = None
+        return self.buffers[self.turn]
+
+    def upload(self, buffer: Buffer, nbytes: int) -> None:
+        """Queue the copy of the taken buffer's first `nbytes` to `buffer`."""
+        self.device.upload(buffer, self.buffers[self.turn][:nbytes])
+        self.marks[self.turn] = self.device.mark()
+
+
+class _Session:
+    """An ONNX Runtime session, its IOBinding and the CUDA graphs it captured."""
+
+    def __init__(self, session) -> None:
+        self.session, self.binding, self.graph_ids = session, session.io_binding(), GraphIds()
+        self.inputs = {i.name for i in session.get_inputs()}
+        # (name, is_input) -> (shape, address, where) as bound now: a binding stays until it
+        # changes, so a step rebinds only what moved (a pool or a buffer is bound once)
+        self.bound: dict[tuple[str, bool], tuple] = {}
+        self.pools_bound: dict[int, Pools] = {}  # pools bound as inputs (they never move)
+        self.outputs_key: tuple | None = None  # (dims, wanted) of the outputs as bound now
+
+
+class DeviceEngine(Engine):
+    """One graph on IOBinding sessions: a buffer per input and output at its largest shape
+    (pools excepted: they are bound where they live), and a CUDA graph per static shape.
+
+    `wide`: a second session of the same graph for pieces of several rows of several tokens,
+    which GroupQueryAttention refuses ("batch_size must be 1 when sequence_length > 1 and past
+    context is given"); the buffers are the engine's, shared."""
+
+    def __init__(self, path: Path, session, device, limits: dict[str, int],
+                 wide=None, in_order: bool = False) -> None:
+        self.path, self.device, self.in_order = path, device, in_order
+        self.main = _Session(session)
+        self.wide = None if wide is None else _Session(wide)
+        self.active = self.main
+        self.inputs = {i.name: _spec(i) for i in session.get_inputs()}
+        self.outputs = {o.name: _spec(o) for o in session.get_outputs()}
+        self.input_dims = {name: spec.shape for name, spec in self.inputs.items()}
+        self.run_options: dict[int, object] = {}  # graph id -> ONNX Runtime's RunOptions
+        self.buffers: dict[str, Buffer] = {}
+        self.host: dict[str, np.ndarray] = {}  # inputs a provider reads from host memory
+        self.shape_memo: dict[tuple, tuple[dict[str, tuple], list[str]]] = {}
+        self.sizes: dict[str, int] = {}  # bytes of each input at its largest shape
+        arena = 0
+        for name, spec in {**self.inputs, **self.outputs}.items():
+            size = int(np.prod(shape_of(spec.shape, limits))) * _itemsize(spec)
+            if name in HOST_INPUTS:
+                self.host[name] = np.zeros(max(size, 8), np.uint8)
+            elif name in self.outputs:
+                self.buffers[name] = device.alloc(size)
+            elif not name.startswith(("k_pool.", "v_pool.")) and name != names.LOGITS:
+                self.sizes[name] = size  # (pools and the sampler's logits are borrowed)
+                arena += _aligned(size)
+        # a step's host feeds, packed: one copy to the device per step, not one per input
+        self.arena, self.staging = device.alloc(arena), Staging(device, arena)
+        self.layouts: dict[tuple, tuple[dict[str, int], int]] = {}  # see _layout
+
+    @property
+    def graph_ids(self) -> GraphIds:
+        return self.main.graph_ids
+
+    def stage(self, feeds: dict[str, np.ndarray]) -> dict[str, int]:
+        """Choose the session for the step's shape, copy the host feeds it reads into their
+        buffers (async) and bind them; returns the dim values."""
+        dims = step_dims(self.input_dims, {n: a.shape for n, a in feeds.items()})
+        is_wide = dims.get("S", dims.get("O", 1)) > 1 and dims.get("Q", 1) > 1
+        self.active = self.wide if is_wide and self.wide else self.main
+        staged = {}
+        for name, array in feeds.items():
+            if name not in self.active.inputs:
+                continue
+            data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            if name in self.host:  # read by the provider on the host: bound there
+                self.host[name][: data.size] = data
+                self._bind(name, array.shape, self.host[name].ctypes.data, True, "cpu")
+            else:
+                staged[name] = data
+        offsets, end = self._layout(feeds, staged)
+        if staged:
+            arena_host = self.staging.take()
+            for name, data in staged.items():
+                arena_host[offsets[name]: offsets[name] + data.size] = data
+            self.staging.upload(self.arena, end)
+        for name in staged:
+            self._bind(name, feeds[name].shape, self.arena.ptr + offsets[name], is_input=True)
+        return dims
+
+    def _layout(self, feeds: dict[str, np.ndarray], staged: dict[str, np.ndarray]
+                ) -> tuple[dict[str, int], int]:
+        """Where each staged feed goes in the arena, and the end of the last: packed in name
+        order, so a set of feed shapes (a captured CUDA graph's key) always has one layout and
+        the graph replays on the addresses it was captured with."""
+        key = tuple((name, feeds[name].shape, data.size) for name, data in staged.items())
+        if key not in self.layouts:
+            offsets, end = {}, 0
+            for name in sorted(staged):
+                offsets[name] = end
+                end += _aligned(staged[name].size)
+            if len(self.layouts) >= 256:  # dynamic steps: many shapes, each seen once
+                self.layouts.clear()
+            self.layouts[key] = offsets, end
+        return self.layouts[key]
+
+    def input_buffer(self, name: str) -> Buffer:
+        """A buffer of its own for an input the device fills (a gather), made at first use."""
+        if name not in self.buffers:
+            self.buffers[name] = self.device.alloc(self.sizes[name])
+        return self.buffers[name]
+
+    def bind_pools(self, pools: DevicePools) -> None:
+        """Bind the pools this graph reads, once per session (a pool never moves)."""
+        session = self.active
+        if id(pools) in session.pools_bound:
+            return
+        for name in pools.names:
+            if name in self.inputs:
+                self.bind_external(name, pools.shape, pools.buffers[name].ptr)
+        session.pools_bound[id(pools)] = pools  # held: its id stays its own
+
+    def bind_external(self, name: str, shape: Sequence[int], ptr: int) -> None:
+        """Bind an input to memory this engine does not own (a pool, another's output)."""
+        self._bind(name, shape, ptr, is_input=True)
+
+    def bind_outputs(self, dims: dict[str, int], wanted: Sequence[str]) -> None:
+        """Every output bound at the step's shape: the wanted ones, and the others the graph
+        computes anyway (a binding left from an earlier step of another shape would be
+        refused); those already bound at that shape are left as they are. An output whose shape
+        the step's dims do not give is left to ONNX Runtime (unbound if it was bound). A step
+        of the same dims and outputs as the session's last binds nothing."""
+        dims_key = tuple(sorted(dims.items()))
+        session = self.active
+        key = (dims_key, tuple(wanted))
+        if session.outputs_key == key:
+            return
+        shapes, unknown = self._output_shapes(dims, dims_key)
+        missing = [name for name in unknown if name in wanted]
+        if missing:
+            shape_of(self.outputs[missing[0]].shape, dims)  # raises, naming the dim
+        if any((name, False) in session.bound for name in unknown):  # no unbind for one name
+            session.binding.clear_binding_outputs()
+            session.bound = {k: v for k, v in session.bound.items() if k[1]}
+        for name, shape in shapes.items():
+            self._bind(name, shape, self.buffers[name].ptr, is_input=False)
+        session.outputs_key = key
+
+    def _output_shapes(self, dims: dict[str, int], key: tuple
+                       ) -> tuple[dict[str, tuple], list[str]]:
+        """The shape of every output buffer at `dims` (whose sorted items are `key`), and the
+        outputs whose shape `dims` do not give; remembered per dims (a decode loop repeats a
+        few)."""
+        if key not in self.shape_memo:
+            shapes, unknown = {}, []
+            for name, spec in self.outputs.items():
+                if name not in self.buffers:
+                    continue
+                try:
+                    shapes[name] = shape_of(spec.shape, dims)
+                except InvalidArgument:
+                    unknown.append(name)
+            if len(self.shape_memo) >= 256:  # dynamic steps: many shapes, each seen once
+                self.shape_memo.clear()
+            self.shape_memo[key] = (shapes, unknown)
+        return self.shape_memo[key]
+
+    def run(self, graph_key: tuple | None) -> None:
+        """Run the bound step. In order on the device's stream (`in_order`), the run is only
+        queued: what was staged before it is read first, and what is queued after it reads
+        its outputs; else the staged inputs are waited for and the run is waited for."""
+        session, options = self.active, self._options(graph_key)
+        if not self.in_order:
+            self.device.synchronize()  # the staged inputs (and the last commit) are in place
+        self._run(session, options)
+
+    def _options(self, graph_key: tuple | None):
+        graph_id = self.active.graph_ids.get(graph_key) if self.device.ort_device == "cuda" \
+            else -1
+        options = self.run_options.get(graph_id)
+        if options is None:
+            import onnxruntime as ort
+
+            options = ort.RunOptions()
+            options.log_severity_level = QUIET
+            if self.device.ort_device == "cuda":  # -1 (GraphIds.UNCAPTURED): not captured
+                options.add_run_config_entry("gpu_graph_id", str(graph_id))
+                if self.in_order:  # return once queued: the stream orders what follows
+                    options.add_run_config_entry("disable_synchronize_execution_providers",
+                                                 "1")
+            self.run_options[graph_id] = options
+        return options
+
+    def _run(self, session: _Session, options) -> None:
+        try:
+            session.session.run_with_iobinding(session.binding, options)
+        except Exception as error:  # the engine call failed: the caller poisons the batch
+            raise ExecutionFailed(f"{self.path.name}: ONNX Runtime run failed: {error}") \
+                from error
+
+    def input_address(self, name: str) -> int:
+        """Where input `name` is bound now (after `stage`)."""
+        return self.active.bound[(name, True)][1]
+
+    def fetch(self, name: str, dims: dict[str, int], dtype=None) -> np.ndarray:
+        """An output, copied to the host at the step's shape."""
+        spec = self.outputs[name]
+        host = np.empty(shape_of(spec.shape, dims), dtype or spec.dtype)
+        self.device.download(host, self.buffers[name])
+        return host
+
+    def _bind(self, name: str, shape, ptr: int, is_input: bool, where: str | None = None
+              ) -> None:
+        where = where or self.device.ort_device
+        bound = (tuple(shape), ptr, where)
+        if self.active.bound.get((name, is_input)) == bound:
+            return
+        spec = self.inputs[name] if is_input else self.outputs[name]
+        element = _BF16 if spec.dtype is None else spec.dtype
+        binding = self.active.binding
+        bind = binding.bind_input if is_input else binding.bind_output
+        bind(name, where, 0, element, list(shape), ptr)
+        self.active.bound[(name, is_input)] = bound
+
+
+def _aligned(nbytes: int, to: int = 256) -> int:
+    """`nbytes` rounded up to a multiple of `to` (CUDA's allocation alignment)."""
+    return -(-nbytes // to) * to
+
+
+def _itemsize(spec: TensorSpec) -> int:
+    return 2 if spec.dtype is None else np.dtype(spec.dtype).itemsize
+
+
+def _spec(arg) -> TensorSpec:
+    return TensorSpec(arg.name, tuple(arg.shape), _ORT_TYPES.get(arg.type))

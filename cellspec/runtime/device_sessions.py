@@ -1,0 +1,107 @@
+"""ONNX Runtime sessions for the device backends: Attention rewritten for the provider (or for
+cellspec's CellAttention), every node placed on the device or a refusal naming the node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from cellspec.errors import InvalidArgument, InvalidArtifact
+
+QUIET = 4
+# Merges the QKV and gate/up Slices back into a Split, whose uneven sizes the CUDA provider
+# copies from the host on every call (replayed by every CUDA graph).
+DISABLED_OPTIMIZERS = ["GatherSliceToSplitFusion"]
+
+CUDA_KERNEL_GAPS = {TensorProto.BFLOAT16: {"Reciprocal", "ReduceMax", "ArgMax", "CumSum"}}
+
+
+def unsupported_nodes(model: onnx.ModelProto, gaps: dict[int, set[str]]) -> list[str]:
+    """The nodes (name, op, input type) a provider would leave to the CPU: those whose first
+    input's element type has no kernel for their op."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in (
+        *inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    types |= {t.name: t.data_type for t in inferred.graph.initializer}
+    found = []
+    for node in inferred.graph.node:
+        element = types.get(node.input[0]) if node.input else None
+        if node.op_type in gaps.get(element, ()):
+            found.append(f"{node.name or '(unnamed)'} ({node.op_type} on "
+                         f"{TensorProto.DataType.Name(element).lower()})")
+    return found
+
+
+def _check_placeable(path: Path, providers: list) -> None:
+    """Refuse, naming the node, a graph the CUDA provider cannot run whole: rather than let
+    ONNX Runtime fall back to the CPU silently (or refuse without naming it)."""
+    if providers and providers[0][0] == "CUDAExecutionProvider":
+        missing = unsupported_nodes(onnx.load(str(path), load_external_data=False),
+                                    CUDA_KERNEL_GAPS)
+        if missing:
+            raise InvalidArtifact(f"{path.name}: the CUDA provider has no kernel for node "
+                                  f"{missing[0]} ({len(missing)} such nodes); export with "
+                                  "--dtype float16")
+
+
+# "grouped": as "cuda" for every dtype (the CPU provider's GroupQueryAttention takes float32:
+# the tests check the rewrite's semantics there)
+ATTENTION_MODES = ("as-exported", "cell", "cuda", "decomposed", "grouped")
+
+
+def load_session(path: Path, providers: list, attention: str = "as-exported"):
+    """A session on `path`, its Attention nodes rewritten first (cellspec/rewrite.py) unless
+    `attention` is "as-exported": "cuda" gives each the form the CUDA provider has a kernel
+    for, "decomposed" standard ops, "cell" cellspec's CellAttention (its library built first,
+    or PluginUnavailable saying what is missing). A rewritten graph is loaded from memory, its
+    weights still read from the artifact's weights.bin."""
+    if attention not in ATTENTION_MODES:
+        raise InvalidArgument(f"attention {attention!r}: expected one of {ATTENTION_MODES}")
+    if attention == "as-exported" or not path.is_file():
+        return _open_session(path, providers)
+    from cellspec.rewrite import attention_for_cuda, cell_attention_for_cuda, decompose_attention
+
+    model = onnx.load(str(path), load_external_data=False)
+    if not any(n.op_type == "Attention" for n in model.graph.node):
+        return _open_session(path, providers)
+    library = None
+    if attention == "decomposed":
+        model = decompose_attention(model)
+    elif attention == "grouped":
+        model = attention_for_cuda(model, (TensorProto.FLOAT, TensorProto.FLOAT16))
+    elif attention == "cell":
+        from cellspec.plugins.build import build_library
+
+        model, library = cell_attention_for_cuda(model), build_library()
+    else:
+        model = attention_for_cuda(model)
+    return _open_session(path, providers, model.SerializeToString(), library)
+
+
+def _open_session(path: Path, providers: list, serialized: bytes | None = None,
+                  library: Path | None = None):
+    """A session on the graph at `path`, or on `serialized` (its rewrite) reading the weights
+    beside `path`; `library`: a custom-op library its nodes call."""
+    import onnxruntime as ort
+
+    if not path.is_file():
+        raise InvalidArtifact(f"{path}: graph file missing")
+    _check_placeable(path, providers)
+    options = ort.SessionOptions()
+    if library is not None:
+        options.register_custom_ops_library(str(library))
+    options.log_severity_level = QUIET
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if providers != ["CPUExecutionProvider"]:  # every node on the device, or a refusal
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if serialized is not None:
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(path.parent))
+    try:
+        return ort.InferenceSession(serialized or str(path), options, providers=providers,
+                                    disabled_optimizers=DISABLED_OPTIMIZERS)
+    except Exception as error:  # ORT's own error types; it names the nodes it could not place
+        raise InvalidArtifact(f"{path}: ONNX Runtime cannot load it on {providers[0]}: "
+                              f"{error}") from error
