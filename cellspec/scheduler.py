@@ -15,7 +15,7 @@ Each request owns one session from admission to finish; `abort` closes whatever 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 from cellspec.errors import InvalidArgument
 from cellspec.request import Request
@@ -74,19 +74,16 @@ class Scheduler:
         by_sid = {r.sid: r for r in self.running}
         num_prefill = sum(len(b.tokens) for b in batch if not by_sid[b.sid].is_prefilled)
         steps = self.chain_length(batch)
-        budget = self.executor.max_session_tokens
         if steps > 1:  # each step's tokens are taken as they come; a finished request ends it
             requests = [by_sid[item.sid] for item in batch]
-            self.executor.decode(batch, steps, lambda tokens: self._take(requests, tokens))
+            self.executor.decode(batch, steps, lambda tokens: any(
+                [self._take(request, (token,)) for request, token in zip(requests, tokens)]))
         else:
-            outputs = self.executor.execute(batch)
-        for index, item in enumerate(batch):
-            request = by_sid[item.sid]
-            request.num_computed = self.executor.pos(item.sid)
-            output = outputs[index] if steps == 1 else None
-            for token in output.tokens if output is not None else ():
-                if request.finish_reason is None:
-                    request.append(token, self.eos_token_ids, budget)
+            for item, output in zip(batch, self.executor.execute(batch)):
+                if output is not None:
+                    self._take(by_sid[item.sid], output.tokens)
+        for item in batch:
+            by_sid[item.sid].num_computed = self.executor.pos(item.sid)
         finished = [r for r in self.running if r.finish_reason is not None]
         for request in finished:
             self._retire(request)
@@ -106,14 +103,14 @@ class Scheduler:
                    for r in self.running)
         return max(1, min(self.chain_steps, room))
 
-    def _take(self, requests: list[Request], tokens: list[int]) -> bool:
-        """One chain step's tokens, one per request; whether a request finished."""
-        budget, finished = self.executor.max_session_tokens, False
-        for request, token in zip(requests, tokens):
-            if request.finish_reason is None:
-                request.append(token, self.eos_token_ids, budget)
-                finished |= request.finish_reason is not None
-        return finished
+    def _take(self, request: Request, tokens: Sequence[int]) -> bool:
+        """Append `tokens` to the request until it finishes (later ones are dropped); whether
+        it has finished."""
+        for token in tokens:
+            if request.finish_reason is not None:
+                break
+            request.append(token, self.eos_token_ids, self.executor.max_session_tokens)
+        return request.finish_reason is not None
 
     def make_batch(self) -> list[BatchInput]:
         """Decode inputs for every prefilled request, then prefill chunks within the budget."""

@@ -109,6 +109,25 @@ class OrtDeviceBackend(Backend):
             outputs: list[str], cells: np.ndarray | None = None,
             draws: Draws | None = None, static: bool = False,
             gather: Gather | None = None) -> dict[str, np.ndarray]:
+        is_greedy = draws is not None and draws.is_greedy
+        draw_output = None if draws is None else names.GREEDY if is_greedy else names.LOGITS
+        dims = self._queue(engine, pools, feeds, outputs, cells, draw_output, static, gather)
+        clock = _Clock(self.timings)
+        result = {name: engine.fetch(name, dims) for name in outputs}
+        clock.lap("fetch")
+        if draws is not None:
+            result[DRAWN] = self._draw(engine, dims, draws, static, is_greedy)
+            clock.lap("draw")
+        return result
+
+    def _queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
+               outputs: list[str], cells: np.ndarray | None, draw_output: str | None,
+               static: bool, gather: Gather | None = None,
+               tokens_from: tuple[int, int] | None = None) -> dict[str, int]:
+        """Stage the feeds, bind, run, and commit each pool's new rows at `cells`: queued on the
+        device's stream where the backend is `in_order`, else waited for. tokens_from (address,
+        bytes): the start of the token input is copied from there, device to device, after the
+        staging (a chain step's tokens, drawn by the step before). Returns the step's dims."""
         assert isinstance(engine, DeviceEngine)
         assert all(isinstance(p, DevicePools) for p in pools)
         clock = _Clock(self.timings)
@@ -119,10 +138,10 @@ class OrtDeviceBackend(Backend):
             dims |= self._gather(engine, gather)
         if cells is not None:  # staged before the run: one synchronize covers both
             self._stage_cells(cells)
-        is_greedy = draws is not None and draws.is_greedy
-        draw_output = None if draws is None else names.GREEDY if is_greedy else names.LOGITS
         engine.bind_outputs(dims, self._wanted(outputs, pools if cells is not None else (),
                                                draw_output))
+        if tokens_from is not None:
+            self.device.copy(engine.input_address(names.TOKENS), *tokens_from)
         clock.lap("stage")
         engine.run(_graph_key(feeds) if static else None)
         clock.lap("run")
@@ -130,12 +149,7 @@ class OrtDeviceBackend(Backend):
             pool_table, new_table = p.tables_for(engine)
             self.device.commit(pool_table, new_table, self.cells, cells.size, p.row_bytes)
         clock.lap("commit")
-        result = {name: engine.fetch(name, dims) for name in outputs}
-        clock.lap("fetch")
-        if draws is not None:
-            result[DRAWN] = self._draw(engine, dims, draws, static, is_greedy)
-            clock.lap("draw")
-        return result
+        return dims
 
     def _wanted(self, outputs: list[str], committed: Sequence[Pools], draw_output: str | None
                 ) -> tuple[str, ...]:
@@ -218,25 +232,14 @@ class DeviceChain(Chain):
 
     def launch(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
                cells: np.ndarray, draws: Draws, static: bool, fed_back: bool) -> None:
-        assert isinstance(engine, DeviceEngine)
-        backend, clock, step = self.backend, _Clock(self.backend.timings), len(self.marks)
-        dims = engine.stage(feeds)  # (waits for the copy queued from its buffer two steps ago)
-        for p in pools:
-            engine.bind_pools(p)
-        backend._stage_cells(cells)
+        backend, step = self.backend, len(self.marks)
         is_greedy = draws.is_greedy
-        engine.bind_outputs(dims, backend._wanted([], pools, names.GREEDY if is_greedy
-                                                  else names.LOGITS))
-        if fed_back:
-            backend.device.copy(engine.input_address(names.TOKENS), self._row(step - 1),
-                                8 * self.rows)
-        clock.lap("stage")
-        engine.run(_graph_key(feeds) if static else None)
-        clock.lap("run")
-        for p in pools:
-            pool_table, new_table = p.tables_for(engine)
-            backend.device.commit(pool_table, new_table, backend.cells, cells.size, p.row_bytes)
-        clock.lap("commit")
+        tokens_from = (self._row(step - 1), 8 * self.rows) if fed_back else None
+        # (staging waits for the copy queued from its buffer two steps ago)
+        dims = backend._queue(engine, pools, feeds, [], cells,
+                              names.GREEDY if is_greedy else names.LOGITS, static,
+                              tokens_from=tokens_from)
+        clock = _Clock(backend.timings)
         if is_greedy:
             drawn = engine.buffers[names.GREEDY].ptr
         else:

@@ -66,6 +66,7 @@ class TargetModel:
             width = len(manifest.target.tap_layer_ids) * manifest.model.hidden_size
             self.taps = backend.make_pools(manifest.max_cells, [(TAPS_POOL, names.TAPS)], width,
                                            dtype)
+        self.run_pools = [self.pools] + ([self.taps] if self.taps else [])  # a step binds both
         self.policy = backend.shape_policy(manifest)
         self.max_width = manifest.max_step_width
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
@@ -131,7 +132,6 @@ class TargetModel:
             return out
         [piece] = plan_pieces([1] * rows, self.max_width)
         chain = self.backend.start_chain(len(draws), rows)
-        pools = [self.pools] + ([self.taps] if self.taps else [])
         placeholder = np.zeros((rows, 1), np.int64)
         try:
             for k, step_draws in enumerate(draws):
@@ -140,7 +140,7 @@ class TargetModel:
                 slots = np.arange(rows) * shape.width
                 feeds, step_draws = self._feeds(plan, shape, tokens[:, None] if k == 0
                                                 else placeholder, slots, step_draws)
-                chain.launch(self.engine, pools, feeds, plan.cells, step_draws,
+                chain.launch(self.engine, self.run_pools, feeds, plan.cells, step_draws,
                              shape.is_static, fed_back=k > 0)
                 self.cache.commit_step(plan)
                 self.stats[f"chain {shape.label}"].add(rows, time.perf_counter() - start)
@@ -178,9 +178,8 @@ class TargetModel:
         asked = rows
         feeds, draws = self._feeds(plan, shape, tokens, rows, draws)
         start = time.perf_counter()
-        pools = [self.pools] + ([self.taps] if self.taps else [])
         outputs = [] if draws is not None else [names.LOGITS]
-        out = self.backend.run(self.engine, pools, feeds, outputs, plan.cells, draws,
+        out = self.backend.run(self.engine, self.run_pools, feeds, outputs, plan.cells, draws,
                                static=shape.is_static)
         if shape.is_static:
             for name in (DRAWN, names.LOGITS):
