@@ -34,6 +34,12 @@ that the new form makes dead) change.
   reads the cells where they lie in the pools: one node for the five, whose rounding depends on
   neither the batch, the cell bucket, nor (in the target, `by_position`) whether a key is new or
   a cell already. Attention in other forms is decomposed.
+- `sampling_for_cuda`: the sampler and verifier graphs' full sort and cumulative sums on
+  cellspec's ops. Each float32 CumSum along the last axis becomes `SequentialCumSumFloat`: the
+  same float32 sums, one add at a time in index order, in time linear in the axis where the CUDA
+  provider's CumSum is quadratic (each output summed from the start). Each float32 TopK of a
+  whole last axis (largest, sorted) becomes `SortDescendingFloat`: the same order, every row in
+  one stable radix sort where the CUDA provider sorts one row at a time.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ from cellspec import artifact as names
 
 __all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "CELLSPEC_DOMAIN", "HOST_INPUTS", "NEW_COLUMNS",
            "attention_by_position", "attention_for_cuda", "by_position_feeds",
-           "cell_attention_for_cuda", "decompose_attention", "grouped_feeds"]
+           "cell_attention_for_cuda", "decompose_attention", "grouped_feeds",
+           "sampling_for_cuda"]
 
 ATTN_SEQLENS = "attn_seqlens"  # int32 [S]: lengths[s] + Q - 1, GroupQueryAttention's seqlens_k
 ATTN_TOTAL = "attn_total"  # int32 scalar: N + Q, its total_sequence_length (a host input)
@@ -60,6 +67,8 @@ _HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 CONTRIB = "com.microsoft"
 CELLSPEC_DOMAIN = "cellspec"
 MAX_CELL_HEAD_DIM = 128  # the op's kernels give each lane of a head a thread of 128
+SEQUENTIAL_CUMSUM = "SequentialCumSumFloat"
+SORT_DESCENDING = "SortDescendingFloat"
 CELL_OPS = {TensorProto.FLOAT: "CellAttentionFloat", TensorProto.FLOAT16: "CellAttentionFloat16",
             TensorProto.BFLOAT16: "CellAttentionBFloat16"}
 
@@ -253,6 +262,47 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
         result.opset_import.append(helper.make_opsetid(CELLSPEC_DOMAIN, 1))
     if op is not None:
         _fuse_swiglu(result, "SwiGlu" + op[len("CellAttention"):])
+    return result
+
+
+def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each float32 CumSum along its input's last axis, neither exclusive nor
+    reversed, as cellspec's SequentialCumSumFloat, and each float32 TopK of its input's whole
+    last axis, largest first and sorted, as SortDescendingFloat (module doc); other CumSums and
+    TopKs stay."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type for v in (*inferred.graph.value_info,
+                                                  *inferred.graph.input)}
+    initializers = {i.name: i for i in model.graph.initializer}
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    changed = False
+    for node in result.graph.node:
+        tensor = types.get(node.input[0]) if node.op_type in ("CumSum", "TopK") else None
+        if tensor is None or tensor.elem_type != TensorProto.FLOAT \
+                or not tensor.HasField("shape"):
+            continue
+        dims, attrs = tensor.shape.dim, _attributes(node)
+        if node.op_type == "CumSum":
+            axis = _constant(node.input[1], initializers)
+            if axis not in ([len(dims) - 1], [-1]) or attrs.get("exclusive") \
+                    or attrs.get("reverse"):
+                continue
+            node.op_type = SEQUENTIAL_CUMSUM
+        else:
+            whole = dims[-1].HasField("dim_value") and \
+                _constant(node.input[1], initializers) == [dims[-1].dim_value]
+            if not whole or attrs.get("axis", -1) not in (-1, len(dims) - 1) \
+                    or attrs.get("largest", 1) != 1 or attrs.get("sorted", 1) != 1:
+                continue
+            node.op_type = SORT_DESCENDING
+            node.output.append(f"{node.name}/scratch")
+        node.domain = CELLSPEC_DOMAIN
+        del node.input[1:]
+        del node.attribute[:]
+        changed = True
+    if changed and not any(o.domain == CELLSPEC_DOMAIN for o in result.opset_import):
+        result.opset_import.append(helper.make_opsetid(CELLSPEC_DOMAIN, 1))
     return result
 
 

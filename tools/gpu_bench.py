@@ -20,6 +20,7 @@ H = shape A with layers too narrow to cost anything, for the host's side of a st
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -266,9 +267,11 @@ def cmd_steps(args) -> None:
         executor = Executor.load(folder, backend=load_backend(folder, sessions),
                                  max_sessions=sessions)
         for batch in (int(b) for b in args.batches.split(",")):
-            for chain in (int(c) for c in args.chains.split(",")):
+            for chain, (draws, sampling) in itertools.product(
+                    (int(c) for c in args.chains.split(",")), parse_samplings(args.samplings)):
                 row = {"shape": shape, "dtype": args.dtype, "floor_ms": 1e3 * floor,
-                       **time_decode(executor, batch, args.context, args.steps, chain=chain)}
+                       "draws": draws, **time_decode(executor, batch, args.context, args.steps,
+                                                     sampling=sampling, chain=chain)}
                 row["x_floor"] = row["step_ms"] / row["floor_ms"]
                 results.append(row)
                 print(json.dumps(row), flush=True)
@@ -276,6 +279,22 @@ def cmd_steps(args) -> None:
                 profile_cycles(executor, batch, args, args.out / f"steps_{shape}_b{batch}.prof.txt")
         del executor
     write(args.out / "steps.json", results)
+
+
+def parse_samplings(text: str) -> list[tuple[str, object]]:
+    """"greedy,0.7,0.7:0.9" -> [(name, Sampling)]: greedy, temperature 0.7, and temperature
+    0.7 with top_p 0.9."""
+    from cellspec.runtime.types import Sampling
+
+    found = []
+    for item in text.split(","):
+        if item == "greedy":
+            found.append((item, Sampling()))
+        else:
+            temperature, _, top_p = item.partition(":")
+            found.append((item, Sampling(temperature=float(temperature),
+                                         top_p=float(top_p or 1.0))))
+    return found
 
 
 def cmd_kernels(args) -> None:
@@ -343,6 +362,78 @@ def cmd_kernels(args) -> None:
     write(args.out / "kernels.json", results)
 
 
+def cmd_sampler(args) -> None:
+    """The `sample` graph alone on the device, in each form ONNX Runtime can run it: "ort" (its
+    own kernels), "cumsum" (its CumSum as cellspec's SequentialCumSum), "sort+cumsum" (its TopK
+    as SortDescending too: what ort-cuda loads with CellAttention). Per form and row count: ms
+    per run (inputs bound on the device), and from torch's profiler the kernels' time."""
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from onnx import helper
+    from torch.profiler import ProfilerActivity, profile
+
+    from cellspec.export.sampler import PARAMS, make_sample
+    from cellspec.plugins.build import build_library
+    from cellspec.rewrite import SORT_DESCENDING, sampling_for_cuda
+
+    library = build_library()
+    exported = make_sample(args.vocab)
+    both = sampling_for_cuda(exported)
+    cumsum = onnx.ModelProto()
+    cumsum.CopyFrom(both)
+    cumsum.graph.initializer.append(onnx.numpy_helper.from_array(
+        np.array([args.vocab], np.int64), "/probe/vocab"))
+    for node in cumsum.graph.node:
+        if node.op_type == SORT_DESCENDING:
+            node.CopyFrom(helper.make_node("TopK", [node.input[0], "/probe/vocab"],
+                                           list(node.output[:2]), name=node.name))
+    forms = {"ort": exported, "cumsum": cumsum, "sort+cumsum": both}
+    rng = np.random.default_rng(0)
+    results = []
+    for rows in (int(r) for r in args.rows.split(",")):
+        logits = (rng.standard_normal((rows, args.vocab)) * 3).astype(np.float32)
+        params = np.tile(np.array([[0.7, 0.9, 0, 0.5]], np.float32), (rows, 1))
+        for form, model in forms.items():
+            options = ort.SessionOptions()
+            options.register_custom_ops_library(str(library))
+            session = ort.InferenceSession(model.SerializeToString(), options,
+                                           providers=["CUDAExecutionProvider"])
+            binding = session.io_binding()
+            inputs = {"logits": logits, PARAMS: params}
+            for name, value in inputs.items():
+                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(
+                    value, "cuda", 0))
+            binding.bind_output(session.get_outputs()[0].name, "cuda", 0)
+            for _ in range(3):
+                session.run_with_iobinding(binding)
+            start = time.perf_counter()
+            for _ in range(args.runs):
+                session.run_with_iobinding(binding)
+            wall = (time.perf_counter() - start) / args.runs
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(args.runs):
+                    session.run_with_iobinding(binding)
+                torch.cuda.synchronize()
+            kernels: dict[str, list] = {}
+            for event in prof.events():
+                if event.device_type == torch.autograd.DeviceType.CUDA:
+                    entry = kernels.setdefault(event.name[:80], [0, 0.0])
+                    entry[0] += 1
+                    entry[1] += event.device_time
+            top = sorted(kernels.items(), key=lambda item: -item[1][1])
+            row = {"form": form, "rows": rows, "vocab": args.vocab, "run_ms": 1e3 * wall,
+                   "kernel_ms": sum(us for _, us in kernels.values()) / args.runs / 1e3,
+                   "top": [{"kernel": k, "per_run": n / args.runs,
+                            "us": round(us / args.runs, 2)} for k, (n, us) in top[:12]]}
+            results.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "top"}), flush=True)
+            for entry in row["top"][:6]:
+                print(f"  {entry['us']:9.1f} us {entry['per_run']:5.1f}x  {entry['kernel']}",
+                      flush=True)
+    write(args.out / "sampler.json", results)
+
+
 def cmd_dflash(args) -> None:
     """A DFlash cycle (drain, draft block, verify of 16, commit) against a plain AR step at the
     same context, batch 1 and 8: a random draft accepts nothing, so each cycle makes one token
@@ -396,7 +487,8 @@ def profile_cycles(executor, batch: int, args, path: Path) -> None:
 
 def cmd_smollm2(args) -> None:
     """The real SmolLM2 (float16 from the GGUF) with a draft: tokens/s plain and speculative
-    on --prompts held-out prompts, greedy, batch 1 (one prompt at a time) and 8."""
+    on --prompts held-out prompts, greedy (or --temperature / --top-p, seeded: the same
+    tokens either way), batch 1 (one prompt at a time) and 8."""
     from cellspec.llm import LLM, SamplingParams
 
     folder = export_real(args)
@@ -415,7 +507,8 @@ def cmd_smollm2(args) -> None:
         # batch 1: the prompts one after another; batch 8: 8 at a time. Answers end at eos
         # (the same tokens with and without speculation, so tokens/s compare)
         for batch in batches:
-            params = SamplingParams(max_tokens=args.tokens)
+            params = SamplingParams(max_tokens=args.tokens, temperature=args.temperature,
+                                    top_p=args.top_p, seed=11)
             stats = getattr(llm.executor, "stats", None)  # cumulative: the batch's share
             before = (stats.cycles, stats.accepted) if stats else (0, 0)
             tokens, seconds = 0, 0.0
@@ -428,6 +521,7 @@ def cmd_smollm2(args) -> None:
                                 else (0, 0))
             rows.append({"speculation": speculation, "n_draft": getattr(llm.executor, "n_draft",
                          None), "chain_steps": chain_steps, "batch": batch,
+                         "temperature": args.temperature, "top_p": args.top_p,
                          "prompts": len(prompts), "tokens": tokens,
                          "tokens_per_s": tokens / seconds,
                          "tau": (accepted + cycles) / cycles if cycles else None})
@@ -509,6 +603,9 @@ def main() -> None:
     commands.choices["steps"].add_argument(
         "--chains", default="1", help="decode steps per call, each timed in turn: 1 = one "
         "`execute` per step, k > 1 = `Executor.decode` chains of k (e.g. 1,8)")
+    commands.choices["steps"].add_argument(
+        "--samplings", default="greedy", help="draws to time, each in turn: greedy, a "
+        "temperature (0.7), or temperature:top_p (0.7:0.9), e.g. greedy,0.7:0.9")
     commands.choices["smollm2"].add_argument(
         "--chain-steps", default="16", help="the LLM's decode chains (default: the LLM's "
         "16), each measured in turn for plain decoding (e.g. 1,16; 1 = no chains)")
@@ -520,9 +617,16 @@ def main() -> None:
         "--n-draft", help="proposals per cycle to compare, e.g. 15,7 (default: block size - 1)")
     commands.choices["smollm2"].add_argument("--batches", default="1,8",
                                              help="sessions generating at once, e.g. 1,2,4,8")
+    commands.choices["smollm2"].add_argument("--temperature", type=float, default=0.0)
+    commands.choices["smollm2"].add_argument("--top-p", type=float, default=1.0)
     commands.choices["smollm2"].add_argument(
         "--max-spec-batch", type=int, help="speculate only when at most this many sessions "
         "could (default: the LLM's)")
+    sampler = commands.add_parser("sampler")
+    sampler.add_argument("--out", type=Path, required=True)
+    sampler.add_argument("--rows", default="1,8,32,128")
+    sampler.add_argument("--vocab", type=int, default=49152)
+    sampler.add_argument("--runs", type=int, default=20)
     for name, sub in commands.choices.items():
         sub.add_argument("--backend", default="ort-cuda",
                          choices=["ort-cuda", "ort-cpu"]
@@ -530,7 +634,7 @@ def main() -> None:
     args = parser.parse_args()
     BACKEND[0] = args.backend
     {"steps": cmd_steps, "dflash": cmd_dflash, "smollm2": cmd_smollm2,
-     "flips": cmd_flips, "kernels": cmd_kernels}[args.command](args)
+     "flips": cmd_flips, "kernels": cmd_kernels, "sampler": cmd_sampler}[args.command](args)
 
 
 if __name__ == "__main__":

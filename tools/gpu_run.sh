@@ -44,6 +44,9 @@
 #                                      # each of CHAINS (1,16; 1 = a call per step), ROUNDS times
 #   bash tools/gpu_run.sh chain-real   # the real SmolLM2 plain with each of CHAINS (1,16), then
 #                                      # speculative (the LLM's defaults); GenAI on A
+#   bash tools/gpu_run.sh sampler      # GPU tests; steps greedy and sampled (SAMPLINGS) on A and
+#                                      # B, this checkout vs .gpu/base
+#   bash tools/gpu_run.sh sampler-probe # the sample graph alone in each form, its kernels
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -405,8 +408,35 @@ case "${1:-}" in
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai SHAPES=A bash .peer/ort_genai_gpu.sh 2>&1 \
         | tail -6
     ;;
+  sampler)  # the sampler's sort and sums as cellspec ops: the GPU tests, then steps on SHAPES
+            # (A,B) at batch 1, 8 and 32 with each of SAMPLINGS (greedy,0.7,0.7:0.9) and
+            # CHAINS (1,16), BASE's tree (.gpu/base, carried) and this checkout in turn, each
+            # exporting its own artifacts (their sampler graphs differ); then (unless
+            # SKIP_REAL) the real SmolLM2 plain and speculative at t 0.7, top_p 0.9
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    gpu_tests
+    for tree in .gpu/base .; do
+      name=$([ "$tree" = . ] && echo new || echo base)
+      (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps \
+          --shapes "${SHAPES:-A,B}" --batches 1,8,32 --chains "${CHAINS:-1,16}" \
+          --samplings "${SAMPLINGS:-greedy,0.7,0.7:0.9}" --out "$OUT/steps-$name" \
+          --work "$WORK/$name" 2>&1 | grep -v "plugin EP" | tail -36 | cut -c1-160)
+      [ -n "${SKIP_REAL:-}" ] || (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 \
+          tools/gpu_bench.py smollm2 --dtype float16 --draft "$SHIPPED" --temperature 0.7 \
+          --top-p 0.9 --batches 1,8 --tokens 96 --out "$OUT/real-sampled-$name" \
+          --work "$WORK/$name" 2>&1 | grep -v "plugin EP" | tail -4)
+    done
+    ;;
+  sampler-probe)  # the sample graph alone in each form (ONNX Runtime's kernels, with
+                  # SequentialCumSum, with SortDescending too), its kernels profiled; then the
+                  # GPU tests unless SKIP_TESTS
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    python3 tools/gpu_bench.py sampler --rows "${ROWS:-1,8,32,128}" --out "$OUT/sampler" 2>&1 \
+        | grep -v "plugin EP" | cut -c1-200
+    gpu_tests
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe" >&2
     exit 2
     ;;
 esac

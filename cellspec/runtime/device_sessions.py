@@ -55,16 +55,24 @@ def load_session(path: Path, providers: list, attention: str = "as-exported"):
     """A session on `path`, its Attention nodes rewritten first (cellspec/rewrite.py) unless
     `attention` is "as-exported": "cuda" gives each the form the CUDA provider has a kernel
     for, "decomposed" standard ops, "cell" cellspec's CellAttention (its library built first,
-    or PluginUnavailable saying what is missing). A rewritten graph is loaded from memory, its
-    weights still read from the artifact's weights.bin."""
+    or PluginUnavailable saying what is missing), and in "cell" the full sorts and cumulative
+    sums of any graph (the sampler's) cellspec's SortDescending and SequentialCumSum. A
+    rewritten graph is loaded from memory, its weights still read from the artifact's
+    weights.bin."""
     if attention not in ATTENTION_MODES:
         raise InvalidArgument(f"attention {attention!r}: expected one of {ATTENTION_MODES}")
     if attention == "as-exported" or not path.is_file():
         return _open_session(path, providers)
-    from cellspec.rewrite import attention_for_cuda, cell_attention_for_cuda, decompose_attention
+    from cellspec.rewrite import (
+        attention_for_cuda,
+        cell_attention_for_cuda,
+        decompose_attention,
+        sampling_for_cuda,
+    )
 
     model = onnx.load(str(path), load_external_data=False)
-    if not any(n.op_type == "Attention" for n in model.graph.node):
+    ops = {n.op_type for n in model.graph.node}
+    if "Attention" not in ops and not (attention == "cell" and ops & {"CumSum", "TopK"}):
         return _open_session(path, providers)
     library = None
     if attention == "decomposed":
@@ -74,7 +82,9 @@ def load_session(path: Path, providers: list, attention: str = "as-exported"):
     elif attention == "cell":
         from cellspec.plugins.build import build_library
 
-        model, library = cell_attention_for_cuda(model), build_library()
+        if "Attention" in ops:
+            model = cell_attention_for_cuda(model)
+        model, library = sampling_for_cuda(model), build_library()
     else:
         model = attention_for_cuda(model)
     return _open_session(path, providers, model.SerializeToString(), library)

@@ -106,13 +106,13 @@ def run_node(library, op: str, feeds: dict, outputs: list[str], **attrs) -> list
     elem = TYPES[next(v for v in feeds.values() if v.dtype.kind == "f").dtype.type]
     suffix = {TensorProto.FLOAT: "Float", TensorProto.FLOAT16: "Float16"}[elem]
     kinds = {"cell_table": TensorProto.INT64, "attn_mask": TensorProto.BOOL,
-             "positions": TensorProto.INT64}
+             "positions": TensorProto.INT64, "indices": TensorProto.INT64}
     inputs = [helper.make_tensor_value_info(n, kinds.get(n, elem), v.shape)
               for n, v in feeds.items()]
     node = helper.make_node(op + suffix, list(feeds), outputs, domain="cellspec", **attrs)
     graph = helper.make_graph([node], "t", inputs,
-                              [helper.make_tensor_value_info(n, elem, None) for n in outputs
-                               if n not in ("q_rot", "partials")])
+                              [helper.make_tensor_value_info(n, kinds.get(n, elem), None)
+                               for n in outputs if n not in ("q_rot", "partials", "scratch")])
     model = helper.make_model(graph, ir_version=10,  # what ONNX Runtime 1.31 reads
                               opset_imports=[helper.make_opsetid("", 23),
                                              helper.make_opsetid("cellspec", 1)])
@@ -199,3 +199,68 @@ def test_a_wide_verify_is_the_same_alone_and_in_a_batch(cell_library, dtype):
         row = {n: batch[n][s:s + 1] if n not in ("k_pool", "v_pool") else batch[n]
                for n in batch}
         assert np.array_equal(run_op(cell_library, row, 1)[0], together[s]), s
+
+
+@pytest.mark.parametrize("shape", [(3, 49152), (2, 4, 5000), (1, 1), (5, 2048)])
+def test_sequential_cumsum_is_numpys_bit_for_bit(cell_library, shape):
+    """SequentialCumSum sums as numpy's cumsum does, one float32 add at a time: probabilities
+    sorted descending (the sampler's), signed values, zeros and a leading -0."""
+    rng = np.random.default_rng(sum(shape))
+    probs = np.sort(rng.dirichlet(np.full(shape[-1], 0.05), shape[:-1]), axis=-1)[..., ::-1]
+    signed = rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 6, shape)
+    signed[..., ::7] = 0.0
+    signed[..., 0] = -0.0
+    for x in (probs.astype(np.float32), signed.astype(np.float32)):
+        (got,) = run_node(cell_library, "SequentialCumSum", {"x": x}, ["y"])
+        want = np.cumsum(x, axis=-1, dtype=np.float32)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_sort_descending_is_topks_order(cell_library):
+    """SortDescending orders each row as ONNX Runtime's CPU TopK of the whole row does: by value
+    descending, equal values (-0 and +0 among them) by lower index."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 49152)).astype(np.float32)
+    x[:, ::3] = np.round(x[:, ::3], 1)  # many ties
+    x[1, :4000] = 0.0
+    x[1, 2000:3000] = -0.0
+    x[2] = 1.5
+    values, indices = run_node(cell_library, "SortDescending", {"x": x},
+                               ["values", "indices", "scratch"])
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"])
+    graph = helper.make_graph(
+        [node], "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info(n, t, None)
+         for n, t in (("values", TensorProto.FLOAT), ("indices", TensorProto.INT64))],
+        initializer=[helper.make_tensor("k", TensorProto.INT64, [1], [x.shape[1]])])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21)])
+    want_values, want_indices = ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_array_equal(values.view(np.uint32), want_values.view(np.uint32))
+
+
+def test_device_sampler_draws_what_the_host_does(cell_library, tmp_path):
+    """The sample graph on the CUDA provider with its sort and sums as SortDescending and
+    SequentialCumSum (what ort-cuda loads with CellAttention) draws the host rule's tokens over
+    SmolLM2's vocabulary, at every mix of temperature, top_p and top_k; rows whose host draw
+    moves within 1e-4 of u or top_p (float32 boundaries) are skipped, and must be rare."""
+    from cellspec.export.sampler import GRAPH_FILES, PARAMS, write_sampler_graphs
+    from cellspec.runtime.device_sessions import load_session
+    from tests.export.test_sampler_graphs import host_sample, is_stable
+
+    vocab, rows = 49152, 24
+    write_sampler_graphs(tmp_path, vocab)
+    session = load_session(tmp_path / GRAPH_FILES["sample"], ["CUDAExecutionProvider"], "cell")
+    rng = np.random.default_rng(8)
+    logits = (rng.standard_normal((rows, vocab)) * rng.uniform(1, 6, (rows, 1))).astype(
+        np.float32)
+    settings = [(t, p, k) for t in (0.0, 0.7, 1.3) for p in (1.0, 0.9) for k in (0, 40)]
+    params = np.array([[*settings[i % len(settings)], rng.uniform()] for i in range(rows)],
+                      np.float32)
+    got = session.run(None, {"logits": logits, PARAMS: params})[0]
+    stable = [i for i in range(rows) if is_stable(logits[i], params[i])]
+    assert len(stable) >= rows - 2
+    assert [int(got[i]) for i in stable] == [host_sample(logits[i], params[i]) for i in stable]

@@ -334,3 +334,89 @@ def test_cell_attention_without_its_library_is_refused_with_the_reason(plugin_en
     monkeypatch.setenv("CUDA_HOME", str(plugin_env / "nowhere"))
     with pytest.raises(CellspecError, match="nvcc"):
         load_session(graph_path(dflash_artifact, "target"), ["CPUExecutionProvider"], "cell")
+
+
+def test_sampler_sorts_and_sums_become_cellspec_ops(tmp_path):
+    """The sample and verify graphs' full TopK becomes one SortDescendingFloat and their CumSum
+    one SequentialCumSumFloat, reading the same input and writing the same outputs (the sort a
+    scratch output more); nothing else changes, and with the ops expanded back to their
+    definitions the graph draws what the exported one does."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    from cellspec.export.sampler import GRAPH_FILES, PARAMS, write_sampler_graphs
+    from cellspec.rewrite import SEQUENTIAL_CUMSUM, SORT_DESCENDING, sampling_for_cuda
+
+    vocab = 64
+    write_sampler_graphs(tmp_path, vocab)
+    model = onnx.load(str(tmp_path / GRAPH_FILES["sample"]))
+    rewritten = sampling_for_cuda(model)
+    ops = {"CumSum": SEQUENTIAL_CUMSUM, "TopK": SORT_DESCENDING}
+    before = [n for n in model.graph.node if n.op_type in ops]
+    after = [n for n in rewritten.graph.node if n.domain == CELLSPEC_DOMAIN]
+    assert sorted(n.op_type for n in before) == ["CumSum", "TopK"]
+    assert [(n.op_type, list(n.input), list(n.output), len(n.attribute)) for n in after] == [
+        (ops[n.op_type], [n.input[0]],
+         list(n.output) + [f"{n.name}/scratch"] * (n.op_type == "TopK"), 0) for n in before]
+    untouched = [n for n in rewritten.graph.node if n.domain != CELLSPEC_DOMAIN]
+    assert untouched == [n for n in model.graph.node if n.op_type not in ops]
+    verify = sampling_for_cuda(onnx.load(str(tmp_path / GRAPH_FILES["verify"])))
+    assert sorted(n.op_type for n in verify.graph.node if n.domain == CELLSPEC_DOMAIN) == [
+        SEQUENTIAL_CUMSUM, SORT_DESCENDING]
+
+    expanded = onnx.ModelProto()
+    expanded.CopyFrom(rewritten)
+    expanded.graph.initializer.extend([
+        onnx.numpy_helper.from_array(np.array(-1), "/last_axis"),
+        onnx.numpy_helper.from_array(np.array([vocab]), "/vocab")])
+    for node in expanded.graph.node:
+        if node.op_type == SEQUENTIAL_CUMSUM:
+            node.CopyFrom(helper.make_node("CumSum", [node.input[0], "/last_axis"],
+                                           list(node.output), name=node.name))
+        elif node.op_type == SORT_DESCENDING:
+            node.CopyFrom(helper.make_node("TopK", [node.input[0], "/vocab"],
+                                           list(node.output[:2]), name=node.name))
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal((6, vocab)) * 3).astype(np.float32)
+    logits[:, ::5] = logits[:, :1]  # ties, ordered by id
+    feeds = {"logits": logits,
+             PARAMS: np.array([[0.7, 1.0, 0, u] for u in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99)],
+                              np.float32)}
+    feeds[PARAMS][3:, 1] = 0.8
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    got = ort.InferenceSession(expanded.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["exclusive", "reverse", "first_axis", "int64", "top_k",
+                                  "smallest", "unsorted"])
+def test_other_sums_and_sorts_stay(kind):
+    """Only float32 sums along the last axis, inclusive and forward, and float32 sorts of a
+    whole last axis, largest first, are the ops'."""
+    from onnx import TensorProto, helper
+
+    from cellspec.rewrite import sampling_for_cuda
+
+    dtype = TensorProto.INT64 if kind == "int64" else TensorProto.FLOAT
+    axis = 0 if kind == "first_axis" else 1
+    values = [onnx.numpy_helper.from_array(np.array(axis), "axis"),
+              onnx.numpy_helper.from_array(np.array([3 if kind == "top_k" else 5]), "k")]
+    attrs = {"exclusive": {"exclusive": 1}, "reverse": {"reverse": 1},
+             "smallest": {"largest": 0}, "unsorted": {"sorted": 0}}.get(kind, {})
+    sums = {k: v for k, v in attrs.items() if k in ("exclusive", "reverse")}
+    sorts = {k: v for k, v in attrs.items() if k in ("largest", "sorted")}
+    nodes = [helper.make_node("CumSum", ["x", "axis"], ["y"], name="sum", **sums),
+             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="sort", axis=axis, **sorts)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", dtype, [2, 5])],
+        [helper.make_tensor_value_info(n, t, None)
+         for n, t in (("y", dtype), ("v", dtype), ("i", TensorProto.INT64))],
+        initializer=values)
+    model = helper.make_model(graph)
+    rewritten = sampling_for_cuda(model)
+    if kind in ("exclusive", "reverse"):
+        assert [n.op_type for n in rewritten.graph.node] == ["CumSum", "SortDescendingFloat"]
+    elif kind in ("top_k", "smallest", "unsorted"):
+        assert [n.op_type for n in rewritten.graph.node] == ["SequentialCumSumFloat", "TopK"]
+    else:
+        assert rewritten == model
