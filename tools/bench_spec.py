@@ -4,7 +4,7 @@ Prints tokens/s for each, tau (tokens committed per cycle), proposals accepted p
 cost of one cycle (drain + draft + verify + commit) over the cost of one plain decode step.
 
     python tools/bench_spec.py --artifact DIR [--batches 1,6] [--tokens 48] [--n-draft 15,7,3]
-        [--max-spec-batch N] [--prompts N] [--repeats R]
+        [--max-spec-batch N] [--prompts N] [--repeats R] [--temperature T] [--top-p P]
     python tools/bench_spec.py --random-draft   # SmolLM2 + a random draft: tau ~ 1, pure overhead
 
 By default one story prompt is decoded --tokens past its eos. `--prompts N` answers the first N
@@ -45,6 +45,9 @@ def parse_args() -> argparse.Namespace:
                         help="N > 0: the first N held-out prompts of the draft training set")
     parser.add_argument("--repeats", type=int, default=1,
                         help="alternate plain and speculative runs this many times")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sample at this temperature (seeded: the same text either way)")
+    parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--max-spec-batch", type=int,
                         help="the most sessions speculating in one step (default: LLM's, 4 on "
                         "ort-cpu)")
@@ -81,12 +84,14 @@ def random_draft_artifact() -> Path:
     return out
 
 
-def run(llm, prompts: list[str], tokens: int, warm: bool) -> tuple[float, int, list]:
-    """Seconds, tokens generated and the outputs of one generate over `prompts` (greedy; past
-    eos for the one story prompt, to eos for held-out prompts)."""
+def run(llm, prompts: list[str], tokens: int, warm: bool, temperature: float = 0.0,
+        top_p: float = 1.0) -> tuple[float, int, list]:
+    """Seconds, tokens generated and the outputs of one generate over `prompts` (greedy unless
+    `temperature`, seeded; past eos for the one story prompt, to eos for held-out prompts)."""
     from cellspec.llm import SamplingParams
 
-    params = SamplingParams(max_tokens=tokens, ignore_eos=prompts[0] == PROMPT, seed=0)
+    params = SamplingParams(max_tokens=tokens, ignore_eos=prompts[0] == PROMPT, seed=0,
+                            temperature=temperature, top_p=top_p)
     if not warm:
         llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up
     start = time.perf_counter()
@@ -102,6 +107,8 @@ def main() -> None:
     texts = held_out_prompts(args.prompts) if args.prompts else None
     what = (f"{args.prompts} held-out prompts, at most {args.tokens} tokens each" if texts else
             f"{args.tokens} tokens per request")
+    if args.temperature:
+        what += f", temperature {args.temperature}, top_p {args.top_p}"
     print(f"{folder}: {what}, {args.threads} threads, max_spec_batch "
           f"{args.max_spec_batch or 'as LLM sets it'}, {args.repeats} run(s) of each")
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
@@ -117,10 +124,12 @@ def main() -> None:
                  for n_draft in n_drafts]
         plain_rates, spec_rates, same = [], [[] for _ in specs], [True] * len(specs)
         for repeat in range(args.repeats):  # plain, then each speculative LLM, in turn
-            seconds, count, expected = run(plain, prompts, args.tokens, repeat > 0)
+            sampling = dict(temperature=args.temperature, top_p=args.top_p)
+            seconds, count, expected = run(plain, prompts, args.tokens, repeat > 0, **sampling)
             plain_rates.append(count / seconds)
             for i, spec in enumerate(specs):
-                spec_seconds, spec_count, outputs = run(spec, prompts, args.tokens, repeat > 0)
+                spec_seconds, spec_count, outputs = run(spec, prompts, args.tokens, repeat > 0,
+                                                        **sampling)
                 spec_rates[i].append(spec_count / spec_seconds)
                 same[i] &= [o.token_ids for o in outputs] == [o.token_ids for o in expected]
         # the decode step: the method the plain runs called most
