@@ -1,10 +1,11 @@
-"""Rewrites of the attention in an exported graph for a provider that runs it another way.
+"""Rewrites of the attention (and the sampler's sorts and sums) in an exported graph for a
+provider that runs it another way.
 
 Both sides use it: the exporter (a TensorRT build parses standard ops) and the runtime (ONNX
 Runtime's CUDA provider takes opset-23 `Attention` only in forms it has kernels for). A rewrite
 returns a new in-memory model with the same inputs, outputs and initializers (initializers that
 live in weights.bin stay references to it); only Attention nodes (and the nodes feeding them
-that the new form makes dead) change.
+that the new form makes dead) change, or in `sampling_for_cuda` CumSum and TopK nodes.
 
 - `decompose_attention`: every Attention becomes standard ops: q as [S, KV, G, Q, D] (query
   head h reads kv head h // G, as transformers' repeat_kv), k/v as [S, KV, 1, ., D], scores in
