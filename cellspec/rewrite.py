@@ -204,8 +204,7 @@ def attention_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = _HALF
         result.graph.input.extend([
             helper.make_tensor_value_info(ATTN_SEQLENS, TensorProto.INT32, ["S"]),
             helper.make_tensor_value_info(ATTN_TOTAL, TensorProto.INT32, [])])
-        if not any(o.domain == CONTRIB for o in result.opset_import):
-            result.opset_import.append(helper.make_opsetid(CONTRIB, 1))
+        _import_domain(result, CONTRIB)
     return result
 
 
@@ -259,8 +258,8 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
         used.append(node.name)
 
     result = _rewrite(model, rewrite)
-    if used and not any(o.domain == CELLSPEC_DOMAIN for o in result.opset_import):
-        result.opset_import.append(helper.make_opsetid(CELLSPEC_DOMAIN, 1))
+    if used:
+        _import_domain(result, CELLSPEC_DOMAIN)
     if op is not None:
         _fuse_swiglu(result, "SwiGlu" + op[len("CellAttention"):])
     return result
@@ -302,9 +301,15 @@ def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
         del node.input[1:]
         del node.attribute[:]
         changed = True
-    if changed and not any(o.domain == CELLSPEC_DOMAIN for o in result.opset_import):
-        result.opset_import.append(helper.make_opsetid(CELLSPEC_DOMAIN, 1))
+    if changed:
+        _import_domain(result, CELLSPEC_DOMAIN)
     return result
+
+
+def _import_domain(model: onnx.ModelProto, domain: str) -> None:
+    """Version 1 of `domain` among the model's opset imports, unless it is there already."""
+    if not any(o.domain == domain for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(domain, 1))
 
 
 def _constant(name: str, initializers: dict) -> list | None:
@@ -408,8 +413,7 @@ def _fuse_swiglu(model: onnx.ModelProto, op: str) -> None:
         return
     del model.graph.node[:]
     model.graph.node.extend(_live(nodes, {o.name for o in model.graph.output}))
-    if not any(o.domain == CELLSPEC_DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(CELLSPEC_DOMAIN, 1))
+    _import_domain(model, CELLSPEC_DOMAIN)
 
 
 def _fits_cell_kernels(head_dim: int, dtype: int | None) -> bool:

@@ -153,6 +153,13 @@ def expand(model: onnx.ModelProto) -> onnx.ModelProto:
                                           q_num_heads=heads, kv_num_heads=kv_heads,
                                           scale=a["scale"],
                                           softmax_precision=onnx.TensorProto.FLOAT))
+        elif node.op_type.startswith("SequentialCumSum"):
+            nodes.append(helper.make_node("CumSum", [node.input[0], const(-1, f"{n}/axis")],
+                                          list(node.output)))
+        elif node.op_type.startswith("SortDescending"):  # a TopK of the whole last axis
+            nodes += [helper.make_node("Shape", [node.input[0]], [f"{n}/k"], start=-1),
+                      helper.make_node("TopK", [node.input[0], f"{n}/k"],
+                                       list(node.output[:2]))]
         else:
             nodes.append(node)
     result = onnx.ModelProto()
@@ -342,7 +349,6 @@ def test_sampler_sorts_and_sums_become_cellspec_ops(tmp_path):
     scratch output more); nothing else changes, and with the ops expanded back to their
     definitions the graph draws what the exported one does."""
     import onnxruntime as ort
-    from onnx import helper
 
     from cellspec.export.sampler import GRAPH_FILES, PARAMS, write_sampler_graphs
     from cellspec.rewrite import SEQUENTIAL_CUMSUM, SORT_DESCENDING, sampling_for_cuda
@@ -364,18 +370,8 @@ def test_sampler_sorts_and_sums_become_cellspec_ops(tmp_path):
     assert sorted(n.op_type for n in verify.graph.node if n.domain == CELLSPEC_DOMAIN) == [
         SEQUENTIAL_CUMSUM, SORT_DESCENDING]
 
-    expanded = onnx.ModelProto()
-    expanded.CopyFrom(rewritten)
-    expanded.graph.initializer.extend([
-        onnx.numpy_helper.from_array(np.array(-1), "/last_axis"),
-        onnx.numpy_helper.from_array(np.array([vocab]), "/vocab")])
-    for node in expanded.graph.node:
-        if node.op_type == SEQUENTIAL_CUMSUM:
-            node.CopyFrom(helper.make_node("CumSum", [node.input[0], "/last_axis"],
-                                           list(node.output), name=node.name))
-        elif node.op_type == SORT_DESCENDING:
-            node.CopyFrom(helper.make_node("TopK", [node.input[0], "/vocab"],
-                                           list(node.output[:2]), name=node.name))
+    expanded = expand(rewritten)
+    assert not any(n.domain == CELLSPEC_DOMAIN for n in expanded.graph.node)
     rng = np.random.default_rng(3)
     logits = (rng.standard_normal((6, vocab)) * 3).astype(np.float32)
     logits[:, ::5] = logits[:, :1]  # ties, ordered by id
