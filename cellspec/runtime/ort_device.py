@@ -109,14 +109,14 @@ class OrtDeviceBackend(Backend):
             outputs: list[str], cells: np.ndarray | None = None,
             draws: Draws | None = None, static: bool = False,
             gather: Gather | None = None) -> dict[str, np.ndarray]:
-        is_greedy = draws is not None and draws.is_greedy
-        draw_output = None if draws is None else names.GREEDY if is_greedy else names.LOGITS
-        dims = self._queue(engine, pools, feeds, outputs, cells, draw_output, static, gather)
+        dims = self._queue(engine, pools, feeds, outputs, cells, _draw_output(draws), static,
+                           gather)
         clock = _Clock(self.timings)
         result = {name: engine.fetch(name, dims) for name in outputs}
         clock.lap("fetch")
         if draws is not None:
-            result[DRAWN] = self._draw(engine, dims, draws, static, is_greedy)
+            source, name, source_dims = self._drawn(engine, dims, draws, static)
+            result[DRAWN] = source.fetch(name, source_dims)
             clock.lap("draw")
         return result
 
@@ -137,7 +137,7 @@ class OrtDeviceBackend(Backend):
         if gather is not None:  # pool rows into the input's buffer, device to device
             dims |= self._gather(engine, gather)
         if cells is not None:  # staged before the run: one synchronize covers both
-            self._stage_cells(cells)
+            _upload_cells(self.cells_staging, self.cells, cells)
         engine.bind_outputs(dims, self._wanted(outputs, pools if cells is not None else (),
                                                draw_output))
         if tokens_from is not None:
@@ -168,9 +168,7 @@ class OrtDeviceBackend(Backend):
         [S, Q, width] and return its dims."""
         pools = gather.pools
         assert isinstance(pools, DevicePools)
-        flat = np.ascontiguousarray(gather.cells.reshape(-1), dtype=np.int64).view(np.uint8)
-        self.gather_staging.take()[: flat.size] = flat
-        self.gather_staging.upload(self.gather_cells, flat.size)
+        _upload_cells(self.gather_staging, self.gather_cells, gather.cells)
         buffer = engine.input_buffer(gather.name)
         self.device.gather(buffer, pools.buffers[gather.pool], self.gather_cells,
                            gather.cells.size, pools.row_bytes)
@@ -179,24 +177,13 @@ class OrtDeviceBackend(Backend):
         return step_dims({gather.name: engine.inputs[gather.name].shape},
                          {gather.name: shape})
 
-    def _stage_cells(self, cells: np.ndarray) -> None:
-        flat = np.ascontiguousarray(cells.reshape(-1), dtype=np.int64).view(np.uint8)
-        self.cells_staging.take()[: flat.size] = flat
-        self.cells_staging.upload(self.cells, flat.size)
-
-    def _draw(self, engine: DeviceEngine, dims: dict[str, int], draws: Draws,
-              static: bool, is_greedy: bool) -> np.ndarray:
-        """The drawn token of every logits row: the graph's argmax when every row is greedy,
-        else the sampler graph run on the device on the engine's logits."""
-        if is_greedy:
-            return engine.fetch(names.GREEDY, dims)
-        sample_dims = self._sample(engine, dims, draws, static)
-        return self.sampler.fetch(names.TOKENS, sample_dims)
-
-    def _sample(self, engine: DeviceEngine, dims: dict[str, int], draws: Draws,
-                static: bool) -> dict[str, int]:
-        """Run the sampler graph on the engine's logits; its TOKENS buffer holds the draws.
-        Returns its dims."""
+    def _drawn(self, engine: DeviceEngine, dims: dict[str, int], draws: Draws,
+               static: bool) -> tuple[DeviceEngine, str, dict[str, int]]:
+        """Where the drawn token of every logits row is, as (engine, output, its dims): the
+        graph's argmax when every row is greedy, else the TOKENS of the sampler graph, run here
+        on the device on the engine's logits."""
+        if draws.is_greedy:
+            return engine, names.GREEDY, dims
         if self.sampler is None:
             if self.sampler_path is None:
                 raise InvalidArtifact("sampled draws on the device need the artifact's sample "
@@ -208,7 +195,7 @@ class OrtDeviceBackend(Backend):
         self.sampler.bind_external(names.LOGITS, (rows, vocab), engine.buffers[names.LOGITS].ptr)
         self.sampler.bind_outputs(sample_dims, [names.TOKENS])
         self.sampler.run((("R", rows),) if static else None)
-        return sample_dims
+        return self.sampler, names.TOKENS, sample_dims
 
     def start_chain(self, steps: int, rows: int) -> DeviceChain:
         nbytes = 8 * steps * rows
@@ -233,19 +220,13 @@ class DeviceChain(Chain):
     def launch(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
                cells: np.ndarray, draws: Draws, static: bool, fed_back: bool) -> None:
         backend, step = self.backend, len(self.marks)
-        is_greedy = draws.is_greedy
         tokens_from = (self._row(step - 1), 8 * self.rows) if fed_back else None
         # (staging waits for the copy queued from its buffer two steps ago)
-        dims = backend._queue(engine, pools, feeds, [], cells,
-                              names.GREEDY if is_greedy else names.LOGITS, static,
+        dims = backend._queue(engine, pools, feeds, [], cells, _draw_output(draws), static,
                               tokens_from=tokens_from)
         clock = _Clock(backend.timings)
-        if is_greedy:
-            drawn = engine.buffers[names.GREEDY].ptr
-        else:
-            backend._sample(engine, dims, draws, static)
-            drawn = backend.sampler.buffers[names.TOKENS].ptr
-        backend.device.copy(self._row(step), drawn, 8 * self.rows)
+        source, name, _ = backend._drawn(engine, dims, draws, static)
+        backend.device.copy(self._row(step), source.buffers[name].ptr, 8 * self.rows)
         backend.device.download_later(self._host(step), self._row(step))
         self.marks.append(backend.device.mark())
         clock.lap("draw")
@@ -272,6 +253,21 @@ class DeviceChain(Chain):
     def _host(self, step: int) -> np.ndarray:
         start = 8 * self.rows * step
         return self.backend.history_host[start: start + 8 * self.rows].view(np.int64)
+
+
+def _draw_output(draws: Draws | None) -> str | None:
+    """The engine output a step's draws read: the argmax when every row is greedy, else the
+    logits (for the sampler graph); None without draws."""
+    if draws is None:
+        return None
+    return names.GREEDY if draws.is_greedy else names.LOGITS
+
+
+def _upload_cells(staging: Staging, buffer: Buffer, cells: np.ndarray) -> None:
+    """Queue the copy of `cells` as int64 to `buffer`, through the next of `staging`'s turns."""
+    flat = np.ascontiguousarray(cells.reshape(-1), dtype=np.int64).view(np.uint8)
+    staging.take()[: flat.size] = flat
+    staging.upload(buffer, flat.size)
 
 
 class _Clock:
