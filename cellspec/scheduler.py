@@ -35,8 +35,12 @@ PrefillCallback = Callable[[int, int], None]
 
 
 def check_chain_steps(value: object) -> int:
+    return _at_least_one("chain_steps", value, " (1: no chains)")
+
+
+def _at_least_one(name: str, value: object, note: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(f"chain_steps {value!r}: expected an integer >= 1 (1: no chains)")
+        raise InvalidArgument(f"{name} {value!r}: expected an integer >= 1{note}")
     return value
 
 
@@ -45,10 +49,7 @@ class Scheduler:
                  max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
                  on_prefill: PrefillCallback | None = None,
                  chain_steps: int = DEFAULT_CHAIN_STEPS) -> None:
-        if isinstance(max_prefill_tokens, bool) or not isinstance(max_prefill_tokens, int) \
-                or max_prefill_tokens < 1:
-            raise InvalidArgument(f"max_prefill_tokens {max_prefill_tokens!r}: expected an "
-                                  "integer >= 1")
+        _at_least_one("max_prefill_tokens", max_prefill_tokens)
         self.executor = executor
         self.chain_steps = check_chain_steps(chain_steps)
         self.eos_token_ids = frozenset(eos_token_ids)
