@@ -1,11 +1,12 @@
-"""Rewrites of the attention (and the sampler's sorts and sums) in an exported graph for a
-provider that runs it another way.
+"""Rewrites of the attention (and the projections, the sampler's sorts and sums) in an exported
+graph for a provider that runs it another way.
 
 Both sides use it: the exporter (a TensorRT build parses standard ops) and the runtime (ONNX
 Runtime's CUDA provider takes opset-23 `Attention` only in forms it has kernels for). A rewrite
 returns a new in-memory model with the same inputs, outputs and initializers (initializers that
 live in weights.bin stay references to it); only Attention nodes (and the nodes feeding them
-that the new form makes dead) change, or in `sampling_for_cuda` CumSum and TopK nodes.
+that the new form makes dead) change, or in `sampling_for_cuda` CumSum and TopK nodes, or in
+`projections_for_cuda` MatMul and Gemm nodes.
 
 - `decompose_attention`: every Attention becomes standard ops: q as [S, KV, G, Q, D] (query
   head h reads kv head h // G, as transformers' repeat_kv), k/v as [S, KV, 1, ., D], scores in
@@ -35,6 +36,12 @@ that the new form makes dead) change, or in `sampling_for_cuda` CumSum and TopK 
   reads the cells where they lie in the pools: one node for the five, whose rounding depends on
   neither the batch, the cell bucket, nor (in the target, `by_position`) whether a key is new or
   a cell already. Attention in other forms is decomposed.
+- `projections_for_cuda`: each float16/bfloat16 MatMul by a weight initializer, and the tied LM
+  head's Gemm, as cellspec's `RowMatMul` (cellspec/plugins/cell_attention.cu): a single row (a
+  decode step at batch 1) on its own kernel, a warp per output, where cuBLAS took 3.7 us per
+  small GEMM on the H200 whatever its size; more rows go to cuBLAS. A MatMul's [K, N] weight is
+  read through a Transpose node to [N, K], which ONNX Runtime folds into a new initializer at
+  load. A SwiGlu of a RowMatMul's product becomes one `RowMatMulSwiGlu`.
 - `sampling_for_cuda`: the sampler and verifier graphs' full sort and cumulative sums on
   cellspec's ops. Each float32 CumSum along the last axis becomes `SequentialCumSumFloat`: the
   same float32 sums, one add at a time in index order, in time linear in the axis where the CUDA
@@ -56,7 +63,7 @@ from cellspec import artifact as names
 __all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "CELLSPEC_DOMAIN", "HOST_INPUTS", "NEW_COLUMNS",
            "attention_by_position", "attention_for_cuda", "by_position_feeds",
            "cell_attention_for_cuda", "decompose_attention", "grouped_feeds",
-           "sampling_for_cuda"]
+           "projections_for_cuda", "sampling_for_cuda"]
 
 ATTN_SEQLENS = "attn_seqlens"  # int32 [S]: lengths[s] + Q - 1, GroupQueryAttention's seqlens_k
 ATTN_TOTAL = "attn_total"  # int32 scalar: N + Q, its total_sequence_length (a host input)
@@ -70,6 +77,7 @@ CELLSPEC_DOMAIN = "cellspec"
 MAX_CELL_HEAD_DIM = 128  # the op's kernels give each lane of a head a thread of 128
 SEQUENTIAL_CUMSUM = "SequentialCumSumFloat"
 SORT_DESCENDING = "SortDescendingFloat"
+ROW_MATMUL = "RowMatMul"  # + the type suffix of CELL_OPS
 CELL_OPS = {TensorProto.FLOAT: "CellAttentionFloat", TensorProto.FLOAT16: "CellAttentionFloat16",
             TensorProto.BFLOAT16: "CellAttentionBFloat16"}
 
@@ -304,6 +312,69 @@ def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     if changed:
         _import_domain(result, CELLSPEC_DOMAIN)
     return result
+
+
+def projections_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = _HALF
+                         ) -> onnx.ModelProto:
+    """`model` with each MatMul of an activation by a 2-D initializer weight [K, N] of a type in
+    `dtypes` as cellspec's RowMatMul of the weight's Transpose (a node on an initializer, which
+    ONNX Runtime folds when it loads the graph), and each Gemm x @ w^T (transB, no C, alpha 1:
+    the tied LM head) as RowMatMul of w as it is, and a SwiGlu of a RowMatMul's product (from
+    cell_attention_for_cuda) as one RowMatMulSwiGlu (module doc); other nodes stay."""
+    initializers = {i.name: i for i in model.graph.initializer}
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    nodes, transposed, changed = [], set(), False
+    for node in model.graph.node:
+        weight = initializers.get(node.input[1]) if len(node.input) > 1 else None
+        if weight is None or len(weight.dims) != 2 or weight.data_type not in dtypes \
+                or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        attrs = _attributes(node)
+        op = ROW_MATMUL + CELL_OPS[weight.data_type][len("CellAttention"):]
+        if node.op_type == "MatMul":
+            w = f"{weight.name}/T"
+            if w not in transposed:
+                nodes.append(helper.make_node("Transpose", [weight.name], [w],
+                                              name=f"{weight.name}/Transpose", perm=[1, 0]))
+                transposed.add(w)
+        elif node.op_type == "Gemm" and len(node.input) == 2 and attrs.get("transB") == 1 \
+                and not attrs.get("transA") and attrs.get("alpha", 1.0) == 1.0:
+            w = weight.name
+        else:
+            nodes.append(node)
+            continue
+        nodes.append(helper.make_node(op, [node.input[0], w], list(node.output), name=node.name,
+                                      domain=CELLSPEC_DOMAIN))
+        changed = True
+    del result.graph.node[:]
+    result.graph.node.extend(_fuse_row_swiglu(nodes, {o.name for o in model.graph.output}))
+    if changed:
+        _import_domain(result, CELLSPEC_DOMAIN)
+    return result
+
+
+def _fuse_row_swiglu(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """SwiGlu(RowMatMul(x, w)) -> RowMatMulSwiGlu(x, w) (outputs: SwiGlu's, scratch) where
+    nothing else reads the product, at the SwiGlu's place, under the RowMatMul's name."""
+    readers: dict[str, int] = {}
+    for node in nodes:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    products = {n.output[0]: n for n in nodes if n.op_type.startswith(ROW_MATMUL)
+                and n.domain == CELLSPEC_DOMAIN}
+    fused, gone = {}, set()
+    for node in nodes:
+        row = products.get(node.input[0]) if node.input else None
+        if node.op_type.startswith("SwiGlu") and node.domain == CELLSPEC_DOMAIN and row \
+                and readers[row.output[0]] == 1 and row.output[0] not in outputs \
+                and node.op_type[len("SwiGlu"):] == row.op_type[len(ROW_MATMUL):]:
+            fused[node.name] = helper.make_node(
+                row.op_type.replace(ROW_MATMUL, ROW_MATMUL + "SwiGlu"), list(row.input),
+                [node.output[0], f"{row.name}/scratch"], name=row.name, domain=CELLSPEC_DOMAIN)
+            gone.add(row.name)
+    return [fused.get(n.name, n) for n in nodes if n.name not in gone]
 
 
 def _import_domain(model: onnx.ModelProto, domain: str) -> None:

@@ -47,6 +47,11 @@
 #   bash tools/gpu_run.sh sampler      # GPU tests; steps greedy and sampled (SAMPLINGS) on A and
 #                                      # B, this checkout vs .gpu/base
 #   bash tools/gpu_run.sh sampler-probe # the sample graph alone in each form, its kernels
+#   bash tools/gpu_run.sh projections  # RowMatMul (CELLSPEC_CUDA_PROJECTIONS=row): op tests, GPU
+#                                      # tests; steps on A and B in chains of 16, this checkout
+#                                      # vs .gpu/base; kernels on A; real SmolLM2; GenAI A and B
+#   bash tools/gpu_run.sh row          # GPU tests; steps on A and B, projections by ONNX Runtime
+#                                      # and by RowMatMul (CELLSPEC_CUDA_PROJECTIONS=row)
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -435,8 +440,43 @@ case "${1:-}" in
         | grep -v "plugin EP" | cut -c1-200
     gpu_tests
     ;;
+  row)  # the GPU tests (every attention mode, and CellAttention with RowMatMul); then steps
+        # on SHAPES (A,B) at BATCHES (1,8) in chains of 16 with CellAttention, the projections
+        # ONNX Runtime's and then cellspec's RowMatMul (CELLSPEC_CUDA_PROJECTIONS=row)
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    gpu_tests
+    for projections in cublas row; do
+      CELLSPEC_CUDA_PROJECTIONS=$projections CELLSPEC_CUDA_ATTENTION=cell python3 \
+          tools/gpu_bench.py steps --shapes "${SHAPES:-A,B}" --batches "${BATCHES:-1,8}" \
+          --chains 16 --out "$OUT/steps-$projections" --work "$WORK" 2>&1 \
+          | grep -v "plugin EP" | tail -4 | cut -c1-140
+    done
+    ;;
+  projections)  # the projections as cellspec's RowMatMul (CELLSPEC_CUDA_PROJECTIONS=row, which
+                # BASE's tree does not know): its op tests, the GPU tests (unless SKIP_TESTS);
+                # then unless SKIP_STEPS steps on SHAPES (A,B) at batch 1, 8 and 32 in chains of
+                # 16, BASE's tree (.gpu/base, carried) and this checkout in turn, ROUNDS times,
+                # the kernels of a step on A at batch 1 and 8, the real SmolLM2 plain and
+                # speculative with each tree (unless SKIP_REAL), GenAI on A and B (.peer
+                # carried; unless SKIP_GENAI)
+    export CELLSPEC_CUDA_PROJECTIONS=row
+    python3 -m cellspec.plugins.build 2>&1 | tail -2
+    python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py \
+        -k row_matmul 2>&1 | tail -4
+    gpu_tests
+    [ -n "${SKIP_STEPS:-}" ] && exit 0
+    for round in ${ROUNDS:-1}; do
+      base_then_new steps "-$round" 8 steps --shapes "${SHAPES:-A,B}" --batches 1,8,32 \
+          --chains 16 --work "$WORK"
+    done
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes A --batches 1,8 \
+        --steps 16 --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -30
+    [ -n "${SKIP_REAL:-}" ] || base_then_new real "" 6 smollm2 --dtype float16 \
+        --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 --work "$WORK"
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -8
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row" >&2
     exit 2
     ;;
 esac

@@ -20,6 +20,13 @@
 // first (Qwen3), rounded to T as RMSNormalization's output is: inputs 8 and 9 q_norm, k_norm [D],
 // attribute epsilon.
 // SwiGlu: x [..., 2 I] -> silu(x[..., :I]) * x[..., I:], float32 arithmetic, one rounding.
+// RowMatMul (Float16, BFloat16): x [..., K] times w [N, K] -> y [..., N], float32 sums, one
+// rounding: a projection (rewrite.projections_for_cuda gives it a MatMul's weight transposed, which
+// ONNX Runtime folds at load, or the LM head's Gemm weight as it is). A single row (a decode step
+// at batch 1) takes cellspec's kernel, a warp per output (cuBLAS took 3.7 us per small GEMM
+// whatever its size on the H200; this takes 2.8); more rows go to cuBLAS.
+// RowMatMulSwiGlu (Float16, BFloat16): x [..., K], w [2 I, K] -> SwiGlu(RowMatMul(x, w)), bit for
+// bit, in one kernel for a single row; outputs y [..., I] and scratch.
 // SequentialCumSum (Float only): x [..., n] -> y [..., n], y[i] = y[i - 1] + x[i] (y[0] = x[0]),
 // one float32 add at a time in index order: the sums of ONNX CumSum on ONNX Runtime's CPU
 // provider and of numpy's cumsum, bit for bit, in time linear in n (the CUDA provider's CumSum
@@ -47,10 +54,13 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #define ORT_API_MANUAL_INIT
@@ -493,6 +503,61 @@ __global__ void swiglu_kernel(const T* __restrict__ x, int64_t rows, int64_t inn
   }
 }
 
+// RowMatMul's kernel for one row (a decode step of one sequence): y[n] = sum over k of x[k] w[n, k]
+// in float32, one rounding; a warp per output n. Lane l sums k in [kVec l + kSpan i, + kVec) for
+// i = 0, 1, ... in that order, one fmaf at a time, then the warp's 32 sums are reduced by
+// warp_reduce's fixed shuffles. Each lane loads kRowMatMulUnroll 16-byte vectors of its weight row
+// and of x before it sums any. kGlu (RowMatMulSwiGlu): w holds 2 N rows, gate then up; output n
+// sums rows n and N + n, each rounded to T, then silu(gate) * up as swiglu_kernel computes it:
+// SwiGlu(RowMatMul) bit for bit. Several rows share each weight load better in cuBLAS's kernels:
+// this kernel's 8-row form (a warp per two outputs, x read through L1) made a step at batch 8
+// 3-36% slower than cuBLAS on the H200, and an mma.sync form lost at batch 1 (bench/NOTES.md).
+constexpr int kRowMatMulWarps = 4;
+constexpr int kRowMatMulUnroll = 4;
+
+template <typename T, bool kGlu>
+__global__ void __launch_bounds__(32 * kRowMatMulWarps) row_matmul_kernel(
+    const T* __restrict__ x, const T* __restrict__ w, int K, int N, T* __restrict__ y) {
+  constexpr int kVec = Vec<T>::kSize;
+  constexpr int kSpan = 32 * kVec;  // the values of k a warp's loads cover
+  constexpr int kSets = kGlu ? 2 : 1;  // weight rows per warp: n, or gate n and up n
+  const int lane = threadIdx.x & 31;
+  const int n = blockIdx.x * kRowMatMulWarps + threadIdx.x / 32;
+  if (n >= N) return;  // a whole warp leaves
+  float acc[kSets] = {};
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  for (int base = 0; base < K; base += kSpan * kRowMatMulUnroll) {
+    uint4 weights[kSets][kRowMatMulUnroll], xs[kRowMatMulUnroll];
+#pragma unroll
+    for (int u = 0; u < kRowMatMulUnroll; ++u) {
+      const int k = base + u * kSpan + lane * kVec;
+#pragma unroll
+      for (int set = 0; set < kSets; ++set)
+        weights[set][u] = k < K ? *reinterpret_cast<const uint4*>(
+                                      w + (static_cast<int64_t>(n) + set * N) * K + k) : zero;
+      xs[u] = k < K ? *reinterpret_cast<const uint4*>(x + k) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kRowMatMulUnroll; ++u) {
+      if (base + u * kSpan + lane * kVec >= K) break;
+      const T* xu = reinterpret_cast<const T*>(&xs[u]);
+#pragma unroll
+      for (int set = 0; set < kSets; ++set) {
+        const T* wu = reinterpret_cast<const T*>(&weights[set][u]);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) acc[set] = fmaf(to_float(wu[i]), to_float(xu[i]), acc[set]);
+      }
+    }
+  }
+  float out = warp_reduce<false>(acc[0]);
+  if (kGlu) {
+    const float gate = to_float(from_float<T>(out));
+    const float up = to_float(from_float<T>(warp_reduce<false>(acc[kSets - 1])));
+    out = gate / (1.f + expf(-gate)) * up;
+  }
+  if (lane == 0) y[n] = from_float<T>(out);
+}
+
 // a row of SequentialCumSum per block: warps 1.. stage the next tile of x in shared memory while
 // thread 0 sums this one, kScanBatch values per round of loads, into an output tile that every
 // thread then writes out. The sum starts at -0, which adds to any x exactly as x (so y[0] = x[0],
@@ -820,6 +885,106 @@ struct SwiGluKernel {
   }
 };
 
+// cublasGemmEx from the cuBLAS that ONNX Runtime's CUDA provider loaded (cellspec links no CUDA
+// library but the runtime), or null
+using GemmEx = int (*)(void* handle, int transa, int transb, int m, int n, int k,
+                       const void* alpha, const void* a, int a_type, int lda, const void* b,
+                       int b_type, int ldb, const void* beta, void* c, int c_type, int ldc,
+                       int compute_type, int algo);
+
+GemmEx cublas_gemm_ex() {
+  static const GemmEx found = [] {
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+      void* library = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+      if (library == nullptr) library = dlopen(name, RTLD_NOW);
+      if (library != nullptr)
+        if (void* symbol = dlsym(library, "cublasGemmEx")) return reinterpret_cast<GemmEx>(symbol);
+    }
+    return static_cast<GemmEx>(nullptr);
+  }();
+  return found;
+}
+
+// cuBLAS's codes (cublas_api.h, library_types.h), which this file declares rather than include
+constexpr int kCublasOpN = 0, kCublasOpT = 1, kCublasCompute32F = 68, kCublasGemmDefault = -1;
+constexpr int kCublasHandleResource = 10002, kCudaResourceVersion = 3;  // cuda_resource.h
+template <typename T>
+constexpr int cuda_data_type() {
+  return std::is_same<T, __half>::value ? 2 : std::is_same<T, __nv_bfloat16>::value ? 14 : 0;
+}
+
+// RowMatMul: x [..., K] times w [N, K] -> y [..., N] (T), float32 sums, one rounding. One row (a
+// decode step at batch 1) by row_matmul_kernel; more rows by cuBLAS on ONNX Runtime's own handle
+// and stream, as its MatMul does them (with w transposed). RowMatMulSwiGlu (kGlu): w [2 I, K] ->
+// SwiGlu(RowMatMul(x, w)) [..., I]; output 1 is scratch (the product, for cuBLAS's rows).
+template <typename T, bool kGlu>
+struct RowMatMulKernel {
+  static constexpr const char* kName = kGlu ? "RowMatMulSwiGlu" : "RowMatMul";
+  static constexpr size_t kInputs = 2, kOutputs = kGlu ? 2 : 1;
+  static ONNXTensorElementDataType input_type(size_t) { return CudaType<T>::onnx; }
+  static ONNXTensorElementDataType output_type(size_t) { return CudaType<T>::onnx; }
+
+  explicit RowMatMulKernel(const OrtKernelInfo*) {}
+
+  OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
+
+  OrtStatus* Compute(Ort::KernelContext& ctx) {
+    std::vector<int64_t> shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
+    const std::vector<int64_t> w_shape = ctx.GetInput(1).GetTensorTypeAndShapeInfo().GetShape();
+    if (shape.empty() || w_shape.size() != 2 || shape.back() != w_shape[1] ||
+        (kGlu && w_shape[0] % 2 != 0))
+      return error(std::string(kName) + ": x " + shape_text(shape) + " and w " +
+                   shape_text(w_shape) + ", expected [..., K] and [" + (kGlu ? "2 I" : "N") +
+                   ", K]");
+    const int64_t K = w_shape[1], N = w_shape[0], outputs = kGlu ? N / 2 : N;
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+    if (K > INT32_MAX || N > INT32_MAX || rows > INT32_MAX)
+      return error(std::string(kName) + ": x " + shape_text(shape) + " and w " +
+                   shape_text(w_shape) + " have a dimension over 2**31");
+    shape.back() = outputs;
+    auto out = ctx.GetOutput(0, shape);
+    const T* x = ctx.GetInput(0).GetTensorData<T>();
+    const T* w = ctx.GetInput(1).GetTensorData<T>();
+    auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
+    const bool aligned = K % Vec<T>::kSize == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+    const bool own = rows == 1 && aligned;
+    T* product = out.GetTensorMutableData<T>();
+    if (kGlu)
+      product = ctx.GetOutput(1, {own ? 0 : rows * N}).GetTensorMutableData<T>();
+    if (rows * N == 0) return nullptr;
+    if (own) {
+      const int blocks = static_cast<int>((outputs + kRowMatMulWarps - 1) / kRowMatMulWarps);
+      row_matmul_kernel<T, kGlu><<<blocks, 32 * kRowMatMulWarps, 0, stream>>>(
+          x, w, static_cast<int>(K), static_cast<int>(outputs), out.GetTensorMutableData<T>());
+      return launched();
+    }
+    const GemmEx gemm = cublas_gemm_ex();
+    void* handle = nullptr;
+    if (gemm == nullptr)
+      return error(std::string(kName) + ": cuBLAS (cublasGemmEx) is not loaded in this process");
+    if (OrtStatus* status = Ort::GetApi().KernelContext_GetResource(
+            ctx.GetOrtKernelContext(), kCudaResourceVersion, kCublasHandleResource, &handle))
+      return status;
+    // column-major: y^T [N, rows] = (w as [K, N])^T x^T
+    const float alpha = 1.f, beta = 0.f;
+    const int type = cuda_data_type<T>();
+    const int status = gemm(handle, kCublasOpT, kCublasOpN, static_cast<int>(N),
+                            static_cast<int>(rows), static_cast<int>(K), &alpha, w, type,
+                            static_cast<int>(K), x, type, static_cast<int>(K), &beta, product,
+                            type, static_cast<int>(N), kCublasCompute32F, kCublasGemmDefault);
+    if (status != 0)
+      return error(std::string(kName) + ": cublasGemmEx failed with status " +
+                   std::to_string(status));
+    if (!kGlu) return nullptr;
+    const int64_t blocks = std::min<int64_t>((rows * outputs + 255) / 256, 4096);
+    swiglu_kernel<T><<<blocks, 256, 0, stream>>>(product, rows, outputs,
+                                                 out.GetTensorMutableData<T>());
+    return launched();
+  }
+};
+
 // SequentialCumSum: x [..., n] float32 -> its sums along the last axis, one add at a time
 struct SequentialCumSumKernel {
   static constexpr const char* kName = "SequentialCumSum";
@@ -951,6 +1116,10 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
   static Op<SwiGluKernel<float>, float> swiglu_float;
   static Op<SwiGluKernel<__half>, __half> swiglu_half;
   static Op<SwiGluKernel<__nv_bfloat16>, __nv_bfloat16> swiglu_bfloat16;
+  static Op<RowMatMulKernel<__half, false>, __half> row_matmul_half;
+  static Op<RowMatMulKernel<__nv_bfloat16, false>, __nv_bfloat16> row_matmul_bfloat16;
+  static Op<RowMatMulKernel<__half, true>, __half> row_matmul_swiglu_half;
+  static Op<RowMatMulKernel<__nv_bfloat16, true>, __nv_bfloat16> row_matmul_swiglu_bfloat16;
   static Op<SequentialCumSumKernel, float> cumsum_float;
   static Op<SortDescendingKernel, float> sort_float;
   static Ort::CustomOpDomain* domain = nullptr;
@@ -969,6 +1138,10 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
       domain->Add(&swiglu_float);
       domain->Add(&swiglu_half);
       domain->Add(&swiglu_bfloat16);
+      domain->Add(&row_matmul_half);
+      domain->Add(&row_matmul_bfloat16);
+      domain->Add(&row_matmul_swiglu_half);
+      domain->Add(&row_matmul_swiglu_bfloat16);
       domain->Add(&cumsum_float);
       domain->Add(&sort_float);
     }

@@ -49,44 +49,70 @@ def _check_placeable(path: Path, providers: list) -> None:
 # "grouped": as "cuda" for every dtype (the CPU provider's GroupQueryAttention takes float32:
 # the tests check the rewrite's semantics there)
 ATTENTION_MODES = ("as-exported", "cell", "cuda", "decomposed", "grouped")
+# "cublas": ONNX Runtime's MatMuls; "row" (with "cell"): cellspec's RowMatMul, whose kernel for a
+# single row makes a decode step at batch 1 faster but rounds it otherwise than cuBLAS rounds the
+# same row in a batch (bench/NOTES.md, 2026-12-02)
+PROJECTION_MODES = ("cublas", "row")
+# ops that mode "cell" rewrites in a graph without Attention (the sampler's)
+CELL_REWRITTEN = {"CumSum", "TopK"}
 
 
-def load_session(path: Path, providers: list, attention: str = "as-exported"):
-    """A session on `path`, its Attention nodes rewritten first (cellspec/rewrite.py) unless
-    `attention` is "as-exported": "cuda" gives each the form the CUDA provider has a kernel
-    for, "decomposed" standard ops, "cell" cellspec's CellAttention (its library built first,
-    or PluginUnavailable saying what is missing), and in "cell" the full sorts and cumulative
-    sums of any graph (the sampler's) cellspec's SortDescending and SequentialCumSum. A
-    rewritten graph is loaded from memory, its weights still read from the artifact's
-    weights.bin."""
+def rewritten(model: onnx.ModelProto, attention: str, projections: str = "cublas"
+              ) -> onnx.ModelProto | None:
+    """`model` as `load_session` runs it (its doc), or None where it runs as exported."""
     if attention not in ATTENTION_MODES:
         raise InvalidArgument(f"attention {attention!r}: expected one of {ATTENTION_MODES}")
-    if attention == "as-exported" or not path.is_file():
-        return _open_session(path, providers)
+    if projections not in PROJECTION_MODES:
+        raise InvalidArgument(f"projections {projections!r}: expected one of "
+                              f"{PROJECTION_MODES}")
+    if projections == "row" and attention != "cell":
+        raise InvalidArgument("projections 'row' (cellspec's RowMatMul) needs attention 'cell' "
+                              f"(its library), not {attention!r}")
     from cellspec.rewrite import (
         attention_for_cuda,
         cell_attention_for_cuda,
         decompose_attention,
+        projections_for_cuda,
         sampling_for_cuda,
     )
 
-    model = onnx.load(str(path), load_external_data=False)
     ops = {n.op_type for n in model.graph.node}
-    if "Attention" not in ops and not (attention == "cell" and ops & {"CumSum", "TopK"}):
+    rewrites = CELL_REWRITTEN | ({"MatMul", "Gemm"} if projections == "row" else set())
+    if attention == "as-exported" or \
+            ("Attention" not in ops and not (attention == "cell" and ops & rewrites)):
+        return None
+    if attention == "decomposed":
+        return decompose_attention(model)
+    if attention == "grouped":
+        return attention_for_cuda(model, (TensorProto.FLOAT, TensorProto.FLOAT16))
+    if attention == "cuda":
+        return attention_for_cuda(model)
+    if "Attention" in ops:
+        model = cell_attention_for_cuda(model)
+    model = sampling_for_cuda(model)
+    return projections_for_cuda(model) if projections == "row" else model
+
+
+def load_session(path: Path, providers: list, attention: str = "as-exported",
+                 projections: str = "cublas"):
+    """A session on `path`, its Attention nodes rewritten first (cellspec/rewrite.py) unless
+    `attention` is "as-exported": "cuda" gives each the form the CUDA provider has a kernel
+    for, "decomposed" standard ops, "cell" cellspec's CellAttention (its library built first,
+    or PluginUnavailable saying what is missing), and in "cell" the full sorts and cumulative
+    sums of any graph (the sampler's) cellspec's SortDescending and SequentialCumSum, and with
+    `projections` "row" the float16/bfloat16 projections cellspec's RowMatMul. A rewritten
+    graph is loaded from memory, its weights still read from the artifact's weights.bin."""
+    if not path.is_file():
+        rewritten(onnx.ModelProto(), attention, projections)  # the arguments checked first
+        return _open_session(path, providers)
+    model = rewritten(onnx.load(str(path), load_external_data=False), attention, projections)
+    if model is None:
         return _open_session(path, providers)
     library = None
-    if attention == "decomposed":
-        model = decompose_attention(model)
-    elif attention == "grouped":
-        model = attention_for_cuda(model, (TensorProto.FLOAT, TensorProto.FLOAT16))
-    elif attention == "cell":
+    if attention == "cell":
         from cellspec.plugins.build import build_library
 
-        if "Attention" in ops:
-            model = cell_attention_for_cuda(model)
-        model, library = sampling_for_cuda(model), build_library()
-    else:
-        model = attention_for_cuda(model)
+        library = build_library()
     return _open_session(path, providers, model.SerializeToString(), library)
 
 

@@ -72,9 +72,10 @@ class OrtDeviceBackend(Backend):
 
     def __init__(self, name: str, device, providers: list, limits: dict[str, int],
                  policy: ShapePolicy, sampler: Path | None = None,
-                 attention: str = "as-exported") -> None:
+                 attention: str = "as-exported", projections: str = "cublas") -> None:
         self.name, self.device, self.providers = name, device, providers
-        self.attention = attention  # how Attention nodes are rewritten: see load_session
+        # how Attention nodes and projections are rewritten: see load_session
+        self.attention, self.projections = attention, projections
         self.limits, self.policy, self.sampler_path = limits, policy, sampler
         self.sampler: DeviceEngine | None = None
         # ONNX Runtime queues its runs on the device's own stream (user_compute_stream):
@@ -94,7 +95,7 @@ class OrtDeviceBackend(Backend):
         return self.policy
 
     def load_engine(self, path: Path) -> DeviceEngine:
-        session = load_session(path, self.providers, self.attention)
+        session = load_session(path, self.providers, self.attention, self.projections)
         wide = None
         if any(i.name == ATTN_SEQLENS for i in session.get_inputs()):
             wide = load_session(path, self.providers, "decomposed")
@@ -331,12 +332,21 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     # (GroupQueryAttention) changed float16 tokens between a batch of 8 and each alone.
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
-                            sampler, cuda_attention())
+                            sampler, cuda_attention(), cuda_projections())
 
 
 def cuda_attention() -> str:
     """How `ort-cuda` runs attention: CELLSPEC_CUDA_ATTENTION, default "decomposed" (above)."""
     return os.environ.get("CELLSPEC_CUDA_ATTENTION", "decomposed")
+
+
+def cuda_projections() -> str:
+    """How `ort-cuda` runs the float16/bfloat16 projections: CELLSPEC_CUDA_PROJECTIONS, default
+    "cublas" (ONNX Runtime's MatMuls); "row" (with CELLSPEC_CUDA_ATTENTION=cell): cellspec's
+    RowMatMul, a decode step at batch 1 8-12% faster on the H200, but a sequence decoded alone
+    then rounds its projections otherwise than in a batch, so float16 tokens can differ between
+    the two (device_sessions.PROJECTION_MODES)."""
+    return os.environ.get("CELLSPEC_CUDA_PROJECTIONS", "cublas")
 
 
 # use_tf32 off: ONNX Runtime's CUDA provider otherwise runs float32 MatMuls on TF32 tensor

@@ -1,6 +1,7 @@
-"""cellspec's CUDA CellAttention op (cellspec/plugins/cell_attention.cu) alone: against a numpy
+"""cellspec's CUDA ops (cellspec/plugins/cell_attention.cu) alone: CellAttention against a numpy
 reference, and bit for bit the same token output whatever the batch, the cell bucket, and
-whether a key is new or already a cell."""
+whether a key is new or already a cell; RowMatMul against numpy, RowMatMulSwiGlu against
+SwiGlu(RowMatMul); the sampler's sort and sums."""
 
 import numpy as np
 import pytest
@@ -264,3 +265,27 @@ def test_device_sampler_draws_what_the_host_does(cell_library, tmp_path):
     stable = [i for i in range(rows) if is_stable(logits[i], params[i])]
     assert len(stable) >= rows - 2
     assert [int(got[i]) for i in stable] == [host_sample(logits[i], params[i]) for i in stable]
+
+
+@pytest.mark.parametrize("rows,K", [(1, 576), (1, 1536), (1, 4096), (3, 576), (40, 576),
+                                    (1, 1000)])  # more rows, or K not a multiple of 8: cuBLAS
+def test_row_matmul_matches_reference(cell_library, rows, K):
+    rng = np.random.default_rng(rows + K)
+    x = rng.standard_normal((rows, K)).astype(np.float16)
+    w = (rng.standard_normal((960, K)) / np.sqrt(K)).astype(np.float16)
+    got = run_node(cell_library, "RowMatMul", {"x": x, "w": w}, ["y"])[0]
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    assert got.shape == (rows, 960) and got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), want, atol=4e-3, rtol=4e-3)
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_row_matmul_swiglu_is_swiglu_of_row_matmul(cell_library, rows):
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 576)).astype(np.float16)
+    w = (rng.standard_normal((2 * 1536, 576)) / 24).astype(np.float16)
+    product = run_node(cell_library, "RowMatMul", {"x": x, "w": w}, ["y"])[0]
+    separate = run_node(cell_library, "SwiGlu", {"x": product}, ["y"])[0]
+    fused = run_node(cell_library, "RowMatMulSwiGlu", {"x": x, "w": w}, ["y", "scratch"])[0]
+    assert fused.shape == (rows, 1536)
+    assert np.array_equal(fused, separate)

@@ -1,5 +1,6 @@
 """`ort-cuda` on a GPU: the same tokens as `ort-cpu`, CUDA-graph replay equal to uncaptured
-runs, batch invariance, speculation invariance, and float16/bfloat16 logits close to float32."""
+runs, batch invariance, speculation invariance, and float16/bfloat16 logits close to float32;
+in each attention mode, and with CellAttention also with cellspec's RowMatMul projections."""
 
 import os
 
@@ -21,12 +22,20 @@ PADDED_CELLS = ("float16 on the H200 with attention as standard ops (2026-11-30)
                 "held. cellspec's CellAttention keeps them. See bench/NOTES.md")
 
 
-@pytest.fixture(params=["decomposed", "cell"])
+ROW_ALONE = ("CELLSPEC_CUDA_PROJECTIONS=row on the H200 (2026-12-02): a sequence decoded alone "
+             "takes RowMatMul's one-row kernel, in a batch cuBLAS's, which round its float16 "
+             "projections otherwise, and tokens changed. See bench/NOTES.md")
+
+
+@pytest.fixture(params=["decomposed", "cell", "cell-row"])
 def attention(request, monkeypatch):
-    """ort-cuda's attention: standard ops (the default), or cellspec's CellAttention."""
-    if request.param == "cell":
+    """ort-cuda's attention: standard ops (the default), or cellspec's CellAttention, with
+    ONNX Runtime's projections or (cell-row) cellspec's RowMatMul."""
+    if request.param.startswith("cell"):
         request.getfixturevalue("cell_library")  # skips, saying why, where it cannot be built
-    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", request.param)
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", request.param.split("-")[0])
+    if request.param == "cell-row":
+        monkeypatch.setenv("CELLSPEC_CUDA_PROJECTIONS", "row")
     return request.param
 
 
@@ -109,6 +118,8 @@ def test_decode_chains_equal_steps(smollm2_by_dtype, attention, sampling):
 @pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
 def test_batch_of_eight_equals_each_alone(request, smollm2_by_dtype, attention, sampling):
     expect_padded_cells(request, attention, sampling)
+    if attention == "cell-row":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=ROW_ALONE))
     artifact = smollm2_by_dtype("float16")
     ids = (prompt_ids(artifact) * 2)[:8]
     executor = Executor.load(artifact, backend="ort-cuda", max_sessions=8)

@@ -13,8 +13,10 @@ from cellspec.artifact import Manifest
 from cellspec.errors import CellspecError
 from cellspec.plugins import build
 from cellspec.plugins.build import PluginUnavailable, build_library
-from cellspec.rewrite import CELLSPEC_DOMAIN, cell_attention_for_cuda
+from cellspec.rewrite import CELLSPEC_DOMAIN, cell_attention_for_cuda, projections_for_cuda
 from cellspec.runtime.device_sessions import load_session
+
+ALL_FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
 
 def graph_path(artifact, method):
@@ -99,20 +101,31 @@ def expand(model: onnx.ModelProto) -> onnx.ModelProto:
         consts.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
         return name
 
+    def swiglu(x: str, out: str, n: str) -> list:
+        half = f"{n}/x_half"
+        return [helper.make_node("Shape", [x], [f"{n}/shape"], start=-1),
+                helper.make_node("Div", [f"{n}/shape", const([2], f"{n}/two")], [half]),
+                helper.make_node("Slice", [x, const([0], f"{n}/zero"), half,
+                                           const([-1], f"{n}/axis")], [f"{n}/gate"]),
+                helper.make_node("Slice", [x, half, const([1 << 40], f"{n}/end"),
+                                           const([-1], f"{n}/axis2")], [f"{n}/up"]),
+                helper.make_node("Sigmoid", [f"{n}/gate"], [f"{n}/sig"]),
+                helper.make_node("Mul", [f"{n}/gate", f"{n}/sig"], [f"{n}/silu"]),
+                helper.make_node("Mul", [f"{n}/silu", f"{n}/up"], [out])]
+
+    def row_matmul(x: str, w: str, out: str, n: str) -> list:  # x @ w^T, w [N, K]
+        return [helper.make_node("Transpose", [w], [f"{n}/w"], perm=[1, 0]),
+                helper.make_node("MatMul", [x, f"{n}/w"], [out])]
+
     for node in model.graph.node:
         a, n = attrs(node), node.name
         if node.op_type.startswith("SwiGlu"):
-            half = f"{n}/x_half"
-            nodes += [helper.make_node("Shape", [node.input[0]], [f"{n}/shape"], start=-1),
-                      helper.make_node("Div", [f"{n}/shape", const([2], f"{n}/two")], [half]),
-                      helper.make_node("Slice", [node.input[0], const([0], f"{n}/zero"), half,
-                                                 const([-1], f"{n}/axis")], [f"{n}/gate"]),
-                      helper.make_node("Slice", [node.input[0], half,
-                                                 const([1 << 40], f"{n}/end"),
-                                                 const([-1], f"{n}/axis2")], [f"{n}/up"]),
-                      helper.make_node("Sigmoid", [f"{n}/gate"], [f"{n}/sig"]),
-                      helper.make_node("Mul", [f"{n}/gate", f"{n}/sig"], [f"{n}/silu"]),
-                      helper.make_node("Mul", [f"{n}/silu", f"{n}/up"], [node.output[0]])]
+            nodes += swiglu(node.input[0], node.output[0], n)
+        elif node.op_type.startswith("RowMatMulSwiGlu"):
+            nodes += row_matmul(*node.input, f"{n}/product", n)
+            nodes += swiglu(f"{n}/product", node.output[0], f"{n}/glu")
+        elif node.op_type.startswith("RowMatMul"):
+            nodes += row_matmul(*node.input, node.output[0], n)
         elif "RotaryAttention" in node.op_type:
             heads, kv_heads = a["num_heads"], a["kv_num_heads"]
             d = round(a["scale"] ** -2)
@@ -193,8 +206,13 @@ def test_the_rewritten_graph_computes_what_the_exported_one_does(request, which,
 
     path = graph_path(request.getfixturevalue(which), "target")
     model = onnx.load(str(path))  # with its weights
-    rewritten = cell_attention_for_cuda(model)
+    rewritten = projections_for_cuda(cell_attention_for_cuda(model), ALL_FLOATS)
     assert {n.op_type for n in rewritten.graph.node if n.op_type.startswith("Cell")} == {op}
+    types = [n.op_type for n in rewritten.graph.node]
+    layers = sum(n.op_type == "Attention" for n in model.graph.node)
+    assert (types.count("RowMatMulFloat"), types.count("RowMatMulSwiGluFloat")) == \
+        (sum(n.op_type in ("MatMul", "Gemm") for n in model.graph.node) - layers, layers)
+    assert "SwiGluFloat" not in types
     expanded = expand(rewritten)
     assert not any(n.domain == CELLSPEC_DOMAIN for n in expanded.graph.node)
     rng = np.random.default_rng(0)
@@ -230,6 +248,66 @@ def test_the_rewritten_graph_computes_what_the_exported_one_does(request, which,
     got = ort.InferenceSession(expanded.SerializeToString()).run(outputs, feeds)
     for name, a, b in zip(outputs, want, got):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_projections_become_row_matmuls_of_transposed_weights(llama_artifact):
+    """Each MatMul by a weight initializer [K, N] -> RowMatMul(x, Transpose(w)) (one Transpose
+    per weight), the tied LM head's Gemm(x, embedding, transB=1) -> RowMatMul(x, embedding);
+    MatMuls of two activations, Gemms that are not x @ w^T, and weights of types not asked
+    for stay."""
+    model = load_graph(llama_artifact, "target")
+    initializers = {i.name for i in model.graph.initializer}
+    weighted = [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in initializers]
+    head = next(n for n in model.graph.node if n.op_type == "Gemm")
+    assert weighted and head.input[1] in initializers
+    assert projections_for_cuda(model) == model  # float32: not by default
+    shared = onnx.helper.make_node("MatMul", [weighted[0].input[0], weighted[0].input[1]],
+                                   ["again"], name="again")  # a second reader of one weight
+    product = onnx.helper.make_node("MatMul", ["again", "again"], ["square"], name="square")
+    flipped = onnx.helper.make_node("Gemm", [head.input[0], head.input[1]], ["not_t"],
+                                    name="not_t", transA=1, transB=1)
+    model.graph.node.extend([shared, product, flipped])
+    rewritten = projections_for_cuda(model, ALL_FLOATS)
+    nodes = {n.name: n for n in rewritten.graph.node}
+    transposes = [n for n in rewritten.graph.node if n.op_type == "Transpose"
+                  and n.input[0] in initializers]
+    assert sorted(n.input[0] for n in transposes) == sorted({n.input[1] for n in weighted})
+    for node in [*weighted, shared]:
+        row = nodes[node.name]
+        assert (row.op_type, row.domain) == ("RowMatMulFloat", CELLSPEC_DOMAIN)
+        assert list(row.input) == [node.input[0], f"{node.input[1]}/T"]
+        assert list(row.output) == list(node.output)
+    assert all(attrs(t) == {"perm": [1, 0]} and list(t.output) == [f"{t.input[0]}/T"]
+               for t in transposes)
+    assert list(nodes[head.name].input) == list(head.input)
+    assert nodes[head.name].op_type == "RowMatMulFloat"
+    assert nodes["square"] == product and nodes["not_t"] == flipped
+    order = [n.name for n in rewritten.graph.node]
+    assert all(order.index(f"{t.input[0]}/Transpose") < order.index(n.name)
+               for t in transposes for n in rewritten.graph.node if t.output[0] in n.input)
+    assert (CELLSPEC_DOMAIN, 1) in {(o.domain, o.version) for o in rewritten.opset_import}
+
+
+def test_a_swiglu_of_a_row_matmul_becomes_one_op_unless_the_product_is_read_elsewhere(
+        llama_artifact):
+    model = cell_attention_for_cuda(load_graph(llama_artifact, "target"))
+    swiglus = [n for n in model.graph.node if n.op_type == "SwiGluFloat"]
+    producers = {o: n for n in model.graph.node for o in n.output}
+    products = [producers[n.input[0]] for n in swiglus]
+    assert len(swiglus) > 1 and all(p.op_type == "MatMul" for p in products)
+    model.graph.node.append(onnx.helper.make_node("Identity", [products[1].output[0]],
+                                                  ["product_again"], name="reader"))
+    rewritten = projections_for_cuda(model, ALL_FLOATS)
+    nodes = {n.name: n for n in rewritten.graph.node}
+    fused = nodes[products[0].name]
+    assert fused.op_type == "RowMatMulSwiGluFloat" and swiglus[0].name not in nodes
+    assert list(fused.input) == [products[0].input[0], f"{products[0].input[1]}/T"]
+    assert list(fused.output) == [swiglus[0].output[0], f"{products[0].name}/scratch"]
+    order = [n.name for n in rewritten.graph.node]
+    readers = [n.name for n in rewritten.graph.node if swiglus[0].output[0] in n.input]
+    assert all(order.index(fused.name) < order.index(r) for r in readers)
+    assert nodes[products[1].name].op_type == "RowMatMulFloat"  # its product is read twice
+    assert nodes[swiglus[1].name].op_type == "SwiGluFloat"
 
 
 def test_a_slice_read_elsewhere_keeps_its_rotation_and_the_plain_cell_op(dflash_artifact):
@@ -416,3 +494,40 @@ def test_other_sums_and_sorts_stay(kind):
         assert [n.op_type for n in rewritten.graph.node] == ["SequentialCumSumFloat", "TopK"]
     else:
         assert rewritten == model
+
+
+@pytest.fixture(scope="module")
+def llama_half(tmp_path_factory):
+    """The tiny random Llama exported in float16."""
+    from cellspec.export import ExportConfig, export
+    from tests.conftest import make_tiny_model
+
+    root = tmp_path_factory.mktemp("llama-half")
+    make_tiny_model("llama_gqa").save_pretrained(root / "hf")
+    export(root / "hf", root / "artifact", ExportConfig(dtype="float16", static_widths=(1,),
+                                                       dynamic_width=0, max_context=128,
+                                                       max_cells=512), progress=False)
+    return root / "artifact"
+
+
+def test_row_projections_come_only_with_cell_attention_and_when_asked(llama_half):
+    """`ort-cuda` rewrites a float16 graph's projections into RowMatMul (and the SwiGlus of
+    gate/up products into RowMatMulSwiGlu) only with CELLSPEC_CUDA_PROJECTIONS=row, which needs
+    CellAttention's library; by default they stay ONNX Runtime's MatMuls."""
+    from cellspec.runtime.device_sessions import rewritten
+
+    model = load_graph(llama_half, "target")
+    layers = sum(n.op_type == "Attention" for n in model.graph.node)
+    row = [n.op_type for n in rewritten(model, "cell", "row").graph.node]
+    assert (row.count("RowMatMulFloat16"), row.count("RowMatMulSwiGluFloat16")) == \
+        (3 * layers + 1, layers)  # qkv, o and down per layer, and the LM head
+    assert "MatMul" not in row and "Gemm" not in row
+    default = [n.op_type for n in rewritten(model, "cell").graph.node]
+    assert not any(op.startswith("RowMatMul") for op in default)
+    assert default.count("MatMul") == 4 * layers and default.count("SwiGluFloat16") == layers
+    with pytest.raises(CellspecError, match="needs attention 'cell'"):
+        rewritten(model, "decomposed", "row")
+    with pytest.raises(CellspecError, match="projections 'rows'"):
+        rewritten(model, "cell", "rows")
+    with pytest.raises(CellspecError, match="projections 'rows'"):
+        load_session(llama_half / "missing.onnx", ["CPUExecutionProvider"], "cell", "rows")
