@@ -35,9 +35,9 @@ def bundled_export() -> tuple[ExportConfig, Path | None]:
     """How the bundled SmolLM2 is exported: its own Q4_1/Q8_0 blocks as they are (int4 weights,
     1.9x float32's decode speed on the CPU: bench/NOTES.md), with the shipped DFlash draft
     whether or not a run speculates. One artifact for both, because a target with a draft runs
-    its attention by position on `ort-cpu` (cellspec/rewrite.py) and rounds differently from the
-    same target without one: with two artifacts, `speculation=False` changed the greedy text of
-    12 of 16 held-out prompts."""
+    its attention by position on `ort-cpu` (cellspec/rewrite/attention.py) and rounds
+    differently from the same target without one: with two artifacts, `speculation=False`
+    changed the greedy text of 12 of 16 held-out prompts."""
     from cellspec.drafts import bundled_draft
     from cellspec.export.config import ExportConfig
 

@@ -1,6 +1,6 @@
 // cellspec's CUDA ops for ONNX Runtime's CUDA provider (an ONNX Runtime custom-op library, domain
-// "cellspec"; cellspec/plugins/build.py compiles it, cellspec/rewrite.py::cell_attention_for_cuda
-// emits its ops), each in Float, Float16 and BFloat16 (T):
+// "cellspec"; cellspec/plugins/build.py compiles it, cellspec/rewrite/ emits its ops), each in
+// Float, Float16 and BFloat16 (T) unless said otherwise:
 //
 // CellAttention: attention over a sequence's cells, read where they lie in the pools, and its own
 // new tokens. It replaces, per layer, Gather(k_pool, cell_table) + Concat(., k_new), the same for

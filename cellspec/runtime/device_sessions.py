@@ -95,7 +95,7 @@ def rewritten(model: onnx.ModelProto, attention: str, projections: str = "cublas
 
 def load_session(path: Path, providers: list, attention: str = "as-exported",
                  projections: str = "cublas"):
-    """A session on `path`, its Attention nodes rewritten first (cellspec/rewrite.py) unless
+    """A session on `path`, its Attention nodes rewritten first (cellspec/rewrite/) unless
     `attention` is "as-exported": "cuda" gives each the form the CUDA provider has a kernel
     for, "decomposed" standard ops, "cell" cellspec's CellAttention (its library built first,
     or PluginUnavailable saying what is missing), and in "cell" the full sorts and cumulative

@@ -128,9 +128,9 @@ class OrtCpuBackend(Backend):
 
 
 def _by_position(path: Path) -> bytes | None:
-    """The target graph at `path` with its attention by position (cellspec/rewrite.py: so that
-    a token's logits do not depend on whether a verify or a later step feeds it), serialized;
-    None for other graphs, which load from `path` as they are."""
+    """The target graph at `path` with its attention by position (cellspec/rewrite/attention.py:
+    so that a token's logits do not depend on whether a verify or a later step feeds it),
+    serialized; None for other graphs, which load from `path` as they are."""
     model = onnx.load(str(path), load_external_data=False)
     rewritten = attention_by_position(model)
     return None if rewritten is model else rewritten.SerializeToString()

@@ -163,7 +163,7 @@ def verify_and_plain_logits(executor):
 def test_with_a_draft_a_verify_row_is_the_plain_step_bit_for_bit(dflash_artifact):
     """Speculation exact bit for bit on the CPU: a token's logits are the same fed in a verify
     and fed alone after the tokens before it, because ort-cpu runs a target that has a draft
-    with its attention by position and a dummy query (cellspec/rewrite.py)."""
+    with its attention by position and a dummy query (cellspec/rewrite/attention.py)."""
     executor = Executor.load(dflash_artifact, max_sessions=8)
     assert NEW_COLUMNS in executor.target.engine.inputs
     for plain, verify in zip(*verify_and_plain_logits(executor)):

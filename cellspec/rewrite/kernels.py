@@ -1,0 +1,124 @@
+"""The sampler's sorts and sums, and the float16/bfloat16 projections, as cellspec's CUDA ops
+(the package doc)."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
+
+from cellspec.rewrite.graph import (
+    CELL_OPS,
+    CELLSPEC_DOMAIN,
+    HALF,
+    constant_values,
+    import_domain,
+    node_attributes,
+)
+
+SEQUENTIAL_CUMSUM = "SequentialCumSumFloat"
+SORT_DESCENDING = "SortDescendingFloat"
+ROW_MATMUL = "RowMatMul"  # + the type suffix of CELL_OPS
+
+
+def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each float32 CumSum along its input's last axis, neither exclusive nor
+    reversed, as cellspec's SequentialCumSumFloat, and each float32 TopK of its input's whole
+    last axis, largest first and sorted, as SortDescendingFloat (the package doc); other CumSums and
+    TopKs stay."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type for v in (*inferred.graph.value_info,
+                                                  *inferred.graph.input)}
+    initializers = {i.name: i for i in model.graph.initializer}
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    changed = False
+    for node in result.graph.node:
+        tensor = types.get(node.input[0]) if node.op_type in ("CumSum", "TopK") else None
+        if tensor is None or tensor.elem_type != TensorProto.FLOAT \
+                or not tensor.HasField("shape"):
+            continue
+        dims, attrs = tensor.shape.dim, node_attributes(node)
+        if node.op_type == "CumSum":
+            axis = constant_values(node.input[1], initializers)
+            if axis not in ([len(dims) - 1], [-1]) or attrs.get("exclusive") \
+                    or attrs.get("reverse"):
+                continue
+            node.op_type = SEQUENTIAL_CUMSUM
+        else:
+            whole = dims[-1].HasField("dim_value") and \
+                constant_values(node.input[1], initializers) == [dims[-1].dim_value]
+            if not whole or attrs.get("axis", -1) not in (-1, len(dims) - 1) \
+                    or attrs.get("largest", 1) != 1 or attrs.get("sorted", 1) != 1:
+                continue
+            node.op_type = SORT_DESCENDING
+            node.output.append(f"{node.name}/scratch")
+        node.domain = CELLSPEC_DOMAIN
+        del node.input[1:]
+        del node.attribute[:]
+        changed = True
+    if changed:
+        import_domain(result, CELLSPEC_DOMAIN)
+    return result
+
+
+def projections_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = HALF
+                         ) -> onnx.ModelProto:
+    """`model` with each MatMul of an activation by a 2-D initializer weight [K, N] of a type in
+    `dtypes` as cellspec's RowMatMul of the weight's Transpose (a node on an initializer, which
+    ONNX Runtime folds when it loads the graph), and each Gemm x @ w^T (transB, no C, alpha 1:
+    the tied LM head) as RowMatMul of w as it is, and a SwiGlu of a RowMatMul's product (from
+    cell_attention_for_cuda) as one RowMatMulSwiGlu (the package doc); other nodes stay."""
+    initializers = {i.name: i for i in model.graph.initializer}
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    nodes, transposed, changed = [], set(), False
+    for node in model.graph.node:
+        weight = initializers.get(node.input[1]) if len(node.input) > 1 else None
+        if weight is None or len(weight.dims) != 2 or weight.data_type not in dtypes \
+                or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        attrs = node_attributes(node)
+        op = ROW_MATMUL + CELL_OPS[weight.data_type][len("CellAttention"):]
+        if node.op_type == "MatMul":
+            w = f"{weight.name}/T"
+            if w not in transposed:
+                nodes.append(helper.make_node("Transpose", [weight.name], [w],
+                                              name=f"{weight.name}/Transpose", perm=[1, 0]))
+                transposed.add(w)
+        elif node.op_type == "Gemm" and len(node.input) == 2 and attrs.get("transB") == 1 \
+                and not attrs.get("transA") and attrs.get("alpha", 1.0) == 1.0:
+            w = weight.name
+        else:
+            nodes.append(node)
+            continue
+        nodes.append(helper.make_node(op, [node.input[0], w], list(node.output), name=node.name,
+                                      domain=CELLSPEC_DOMAIN))
+        changed = True
+    del result.graph.node[:]
+    result.graph.node.extend(_fuse_row_swiglu(nodes, {o.name for o in model.graph.output}))
+    if changed:
+        import_domain(result, CELLSPEC_DOMAIN)
+    return result
+
+
+def _fuse_row_swiglu(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """SwiGlu(RowMatMul(x, w)) -> RowMatMulSwiGlu(x, w) (outputs: SwiGlu's, scratch) where
+    nothing else reads the product, at the SwiGlu's place, under the RowMatMul's name."""
+    readers: dict[str, int] = {}
+    for node in nodes:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    products = {n.output[0]: n for n in nodes if n.op_type.startswith(ROW_MATMUL)
+                and n.domain == CELLSPEC_DOMAIN}
+    fused, gone = {}, set()
+    for node in nodes:
+        row = products.get(node.input[0]) if node.input else None
+        if node.op_type.startswith("SwiGlu") and node.domain == CELLSPEC_DOMAIN and row \
+                and readers[row.output[0]] == 1 and row.output[0] not in outputs \
+                and node.op_type[len("SwiGlu"):] == row.op_type[len(ROW_MATMUL):]:
+            fused[node.name] = helper.make_node(
+                row.op_type.replace(ROW_MATMUL, ROW_MATMUL + "SwiGlu"), list(row.input),
+                [node.output[0], f"{row.name}/scratch"], name=row.name, domain=CELLSPEC_DOMAIN)
+            gone.add(row.name)
+    return [fused.get(n.name, n) for n in nodes if n.name not in gone]
