@@ -558,6 +558,13 @@ __global__ void __launch_bounds__(32 * kRowMatMulWarps) row_matmul_kernel(
   if (lane == 0) y[n] = from_float<T>(out);
 }
 
+// x [rows, 2 I] -> out [rows, I] by swiglu_kernel, on `stream`
+template <typename T>
+void launch_swiglu(const T* x, int64_t rows, int64_t inner, T* out, cudaStream_t stream) {
+  const int64_t blocks = std::min<int64_t>((rows * inner + 255) / 256, 4096);
+  swiglu_kernel<T><<<blocks, 256, 0, stream>>>(x, rows, inner, out);
+}
+
 // a row of SequentialCumSum per block: warps 1.. stage the next tile of x in shared memory while
 // thread 0 sums this one, kScanBatch values per round of loads, into an output tile that every
 // thread then writes out. The sum starts at -0, which adds to any x exactly as x (so y[0] = x[0],
@@ -662,6 +669,13 @@ OrtStatus* launched() {
   const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return error(std::string("launch: ") + cudaGetErrorString(status));
   return nullptr;
+}
+
+// the product of every dimension but the last: the rows an op over the last axis takes
+int64_t leading_rows(const std::vector<int64_t>& shape) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  return rows;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -875,12 +889,11 @@ struct SwiGluKernel {
     const int64_t inner = shape.back() / 2;
     shape.back() = inner;
     auto out = ctx.GetOutput(0, shape);
-    int64_t rows = 1;
-    for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+    const int64_t rows = leading_rows(shape);
     if (rows * inner == 0) return nullptr;
-    const int64_t blocks = std::min<int64_t>((rows * inner + 255) / 256, 4096);
-    swiglu_kernel<T><<<blocks, 256, 0, static_cast<cudaStream_t>(ctx.GetGPUComputeStream())>>>(
-        ctx.GetInput(0).GetTensorData<T>(), rows, inner, out.GetTensorMutableData<T>());
+    launch_swiglu<T>(ctx.GetInput(0).GetTensorData<T>(), rows, inner,
+                     out.GetTensorMutableData<T>(),
+                     static_cast<cudaStream_t>(ctx.GetGPUComputeStream()));
     return launched();
   }
 };
@@ -937,8 +950,7 @@ struct RowMatMulKernel {
                    shape_text(w_shape) + ", expected [..., K] and [" + (kGlu ? "2 I" : "N") +
                    ", K]");
     const int64_t K = w_shape[1], N = w_shape[0], outputs = kGlu ? N / 2 : N;
-    int64_t rows = 1;
-    for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+    const int64_t rows = leading_rows(shape);
     if (K > INT32_MAX || N > INT32_MAX || rows > INT32_MAX)
       return error(std::string(kName) + ": x " + shape_text(shape) + " and w " +
                    shape_text(w_shape) + " have a dimension over 2**31");
@@ -978,9 +990,7 @@ struct RowMatMulKernel {
       return error(std::string(kName) + ": cublasGemmEx failed with status " +
                    std::to_string(status));
     if (!kGlu) return nullptr;
-    const int64_t blocks = std::min<int64_t>((rows * outputs + 255) / 256, 4096);
-    swiglu_kernel<T><<<blocks, 256, 0, stream>>>(product, rows, outputs,
-                                                 out.GetTensorMutableData<T>());
+    launch_swiglu<T>(product, rows, outputs, out.GetTensorMutableData<T>(), stream);
     return launched();
   }
 };
@@ -1005,8 +1015,7 @@ struct SequentialCumSumKernel {
     if (shape.empty()) return error("SequentialCumSum: x is a scalar, expected an axis to sum");
     auto out = ctx.GetOutput(0, shape);
     const int64_t n = shape.back();
-    int64_t rows = 1;
-    for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+    const int64_t rows = leading_rows(shape);
     if (rows * n == 0) return nullptr;
     sequential_cumsum_kernel<<<rows, kScanThreads, 0,
                                static_cast<cudaStream_t>(ctx.GetGPUComputeStream())>>>(
@@ -1038,8 +1047,7 @@ struct SortDescendingKernel {
     const std::vector<int64_t> shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
     if (shape.empty()) return error("SortDescending: x is a scalar, expected an axis to sort");
     const int64_t n = shape.back();
-    int64_t rows = 1;
-    for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+    const int64_t rows = leading_rows(shape);
     const int64_t total = rows * n;
     if (n > INT32_MAX || rows > INT32_MAX || total > INT32_MAX)
       return error("SortDescending: x " + shape_text(shape) + " has more than 2**31 items");
