@@ -57,9 +57,8 @@ PROJECTION_MODES = ("cublas", "row")
 CELL_REWRITTEN = {"CumSum", "TopK"}
 
 
-def rewritten(model: onnx.ModelProto, attention: str, projections: str = "cublas"
-              ) -> onnx.ModelProto | None:
-    """`model` as `load_session` runs it (its doc), or None where it runs as exported."""
+def check_modes(attention: str, projections: str) -> None:
+    """Refuse, naming it, a mode `load_session` does not know or a pair it cannot run."""
     if attention not in ATTENTION_MODES:
         raise InvalidArgument(f"attention {attention!r}: expected one of {ATTENTION_MODES}")
     if projections not in PROJECTION_MODES:
@@ -68,6 +67,12 @@ def rewritten(model: onnx.ModelProto, attention: str, projections: str = "cublas
     if projections == "row" and attention != "cell":
         raise InvalidArgument("projections 'row' (cellspec's RowMatMul) needs attention 'cell' "
                               f"(its library), not {attention!r}")
+
+
+def rewritten(model: onnx.ModelProto, attention: str, projections: str = "cublas"
+              ) -> onnx.ModelProto | None:
+    """`model` as `load_session` runs it (its doc), or None where it runs as exported."""
+    check_modes(attention, projections)
     from cellspec.rewrite import (
         attention_for_cuda,
         cell_attention_for_cuda,
@@ -102,8 +107,8 @@ def load_session(path: Path, providers: list, attention: str = "as-exported",
     sums of any graph (the sampler's) cellspec's SortDescending and SequentialCumSum, and with
     `projections` "row" the float16/bfloat16 projections cellspec's RowMatMul. A rewritten
     graph is loaded from memory, its weights still read from the artifact's weights.bin."""
-    if not path.is_file():
-        rewritten(onnx.ModelProto(), attention, projections)  # the arguments checked first
+    check_modes(attention, projections)
+    if attention == "as-exported" or not path.is_file():
         return _open_session(path, providers)
     model = rewritten(onnx.load(str(path), load_external_data=False), attention, projections)
     if model is None:
