@@ -10,6 +10,7 @@ take each row's argmax (or run the sampler graph) on the device and bring back t
     python tools/gpu_bench.py smollm2 --draft DRAFT --out DIR      # real weights, plain vs spec
     python tools/gpu_bench.py flips --draft DRAFT --prompts 200 --out DIR
     python tools/gpu_bench.py kernels --shapes A --batches 1,8 --out DIR  # CUDA kernels per step
+    python tools/gpu_bench.py projections --shapes A,B --out DIR  # cuBLAS vs RowMatMul, by rows
 
 Shapes (random weights, float16): A = SmolLM2-135M; B = 8 Qwen3-8B-shaped Llama layers, vocab
 32000, untied (GenAI's shape B); C = Qwen3-8B (36 layers, q/k norm, vocab 151936).
@@ -434,6 +435,113 @@ def cmd_sampler(args) -> None:
     write(args.out / "sampler.json", results)
 
 
+# the projections of a decode step per shape: (name, K, N, gated); gated = gate and up in one
+# weight of 2 N rows, with the SwiGLU after
+PROJECTIONS = {"A": [("qkv", 576, 960, False), ("gate_up", 576, 1536, True),
+                     ("down", 1536, 576, False), ("head", 576, 49152, False)],
+               "B": [("qkv", 4096, 6144, False), ("gate_up", 4096, 12288, True),
+                     ("down", 12288, 4096, False)]}
+
+
+def cmd_projections(args) -> None:
+    """One projection of each kind, by ONNX Runtime's MatMul (cuBLAS; the SwiGLU after, as
+    cellspec's SwiGlu op) and by cellspec's RowMatMul / RowMatMulSwiGlu, at each row count: the
+    kernels' time per projection (torch's profiler), `--repeat` copies of the weight in one
+    graph so that each is read from memory as in a step."""
+    import onnxruntime as ort
+    import torch
+    from onnx import TensorProto, helper
+    from torch.profiler import ProfilerActivity, profile
+
+    from cellspec.plugins.build import build_library
+
+    libraries = {"row": build_library()}
+    for variant in filter(None, args.variants.split(";")):
+        name, _, flags = variant.partition("=")
+        libraries[f"row-{name}"] = variant_library(name, flags.split())
+    rng = np.random.default_rng(0)
+    results = []
+    for shape in args.shapes.split(","):
+        for name, K, N, gated in PROJECTIONS[shape]:
+            rows_w = 2 * N if gated else N
+            w = (rng.standard_normal((rows_w, K), np.float32) / np.sqrt(K)).astype(np.float16)
+            repeat = max(2, min(args.repeat, int(2e9 // w.nbytes)))
+            device_w = {form: [ort.OrtValue.ortvalue_from_numpy(
+                np.ascontiguousarray(w.T) if form == "cublas" else w, "cuda", 0)
+                for _ in range(repeat)] for form in ("cublas", "row")}
+            for rows in (int(r) for r in args.rows.split(",")):
+                x = rng.standard_normal((rows, K), np.float32).astype(np.float16)
+                for form in ("cublas", *libraries):
+                    nodes, outputs = [], []
+                    for i in range(repeat):
+                        if form != "cublas":
+                            op = "RowMatMulSwiGluFloat16" if gated else "RowMatMulFloat16"
+                            nodes.append(helper.make_node(
+                                op, ["x", f"w{i}"], [f"y{i}"] + [f"s{i}"] * gated,
+                                domain="cellspec"))
+                        else:
+                            nodes.append(helper.make_node("MatMul", ["x", f"w{i}"],
+                                                          [f"p{i}" if gated else f"y{i}"]))
+                            if gated:
+                                nodes.append(helper.make_node("SwiGluFloat16", [f"p{i}"],
+                                                              [f"y{i}"], domain="cellspec"))
+                        outputs.append(f"y{i}")
+                    shape_w = [K, rows_w] if form == "cublas" else [rows_w, K]
+                    weights = device_w["cublas" if form == "cublas" else "row"]
+                    graph = helper.make_graph(
+                        nodes, "projections",
+                        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [rows, K])]
+                        + [helper.make_tensor_value_info(f"w{i}", TensorProto.FLOAT16, shape_w)
+                           for i in range(repeat)],
+                        [helper.make_tensor_value_info(o, TensorProto.FLOAT16, None)
+                         for o in outputs])
+                    model = helper.make_model(graph, ir_version=10, opset_imports=[
+                        helper.make_opsetid("", 23), helper.make_opsetid("cellspec", 1)])
+                    options = ort.SessionOptions()
+                    options.register_custom_ops_library(str(libraries.get(form,
+                                                                          libraries["row"])))
+                    session = ort.InferenceSession(model.SerializeToString(), options,
+                                                   providers=["CUDAExecutionProvider"])
+                    binding = session.io_binding()
+                    binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(
+                        x, "cuda", 0))
+                    for i, value in enumerate(weights):
+                        binding.bind_ortvalue_input(f"w{i}", value)
+                    for o in outputs:
+                        binding.bind_output(o, "cuda", 0)
+                    for _ in range(2):
+                        session.run_with_iobinding(binding)
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        for _ in range(args.runs):
+                            session.run_with_iobinding(binding)
+                        torch.cuda.synchronize()
+                    kernel_us = sum(e.device_time for e in prof.events()
+                                    if e.device_type == torch.autograd.DeviceType.CUDA)
+                    us = kernel_us / args.runs / repeat
+                    row = {"shape": shape, "projection": name, "K": K, "N": N, "rows": rows,
+                           "form": form, "us": round(us, 2), "weight_mb": w.nbytes / 1e6,
+                           "gb_per_s": round(w.nbytes / us / 1e3, 1)}
+                    results.append(row)
+                    print(json.dumps(row), flush=True)
+            del device_w
+    write(args.out / "projections.json", results)
+
+
+def variant_library(name: str, flags: list[str]) -> Path:
+    """cellspec's plugin compiled with extra nvcc flags (e.g. -DROW_MIN_WARPS=1024), for a probe:
+    the kernels' tunables as other builds of the same source."""
+    import subprocess
+    import tempfile
+
+    from cellspec.plugins.build import SOURCE, nvcc, ort_include
+
+    target = Path(tempfile.gettempdir()) / f"cellspec-variant-{name}.so"
+    subprocess.run([nvcc(), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
+                    "-arch=native", f"-I{ort_include()}", *flags, str(SOURCE), "-o",
+                    str(target)], check=True)
+    return target
+
+
 def cmd_dflash(args) -> None:
     """A DFlash cycle (drain, draft block, verify of 16, commit) against a plain AR step at the
     same context, batch 1 and 8: a random draft accepts nothing, so each cycle makes one token
@@ -622,6 +730,14 @@ def main() -> None:
     commands.choices["smollm2"].add_argument(
         "--max-spec-batch", type=int, help="speculate only when at most this many sessions "
         "could (default: the LLM's)")
+    projections = commands.add_parser("projections")
+    projections.add_argument("--out", type=Path, required=True)
+    projections.add_argument("--shapes", default="A,B")
+    projections.add_argument("--rows", default="1,8,16,32,64,256,1024")
+    projections.add_argument("--repeat", type=int, default=8)
+    projections.add_argument("--runs", type=int, default=10)
+    projections.add_argument("--variants", default="", help="more builds of the plugin to time, "
+                             "NAME=FLAGS;... (e.g. w1024=-DROW_MIN_WARPS=1024)")
     sampler = commands.add_parser("sampler")
     sampler.add_argument("--out", type=Path, required=True)
     sampler.add_argument("--rows", default="1,8,32,128")
@@ -634,7 +750,8 @@ def main() -> None:
     args = parser.parse_args()
     BACKEND[0] = args.backend
     {"steps": cmd_steps, "dflash": cmd_dflash, "smollm2": cmd_smollm2,
-     "flips": cmd_flips, "kernels": cmd_kernels, "sampler": cmd_sampler}[args.command](args)
+     "flips": cmd_flips, "kernels": cmd_kernels, "sampler": cmd_sampler,
+     "projections": cmd_projections}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,10 @@
 #                                      # vs .gpu/base; kernels on A; real SmolLM2; GenAI A and B
 #   bash tools/gpu_run.sh row          # GPU tests; steps on A and B, projections by ONNX Runtime
 #                                      # and by RowMatMul (CELLSPEC_CUDA_PROJECTIONS=row)
+#   bash tools/gpu_run.sh mma          # RowMatMul on the tensor cores: op tests, GPU tests, each
+#                                      # projection by cuBLAS and RowMatMul per row count; steps
+#                                      # on A and B with each projection form (.gpu/base carried)
+#   bash tools/gpu_run.sh mma-real     # the real SmolLM2 with each projection form; GenAI A, B
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -475,8 +479,49 @@ case "${1:-}" in
         --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 --work "$WORK"
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -8
     ;;
+  mma)  # RowMatMul on the tensor cores for every row count: its op tests, the GPU tests (unless
+        # SKIP_TESTS), each projection kind by cuBLAS and by RowMatMul per row count; steps on
+        # SHAPES (A,B) at 1, 8 and 32 in chains of 16 with CellAttention: this checkout with
+        # ONNX Runtime's projections, then RowMatMul in BASE's tree (.gpu/base, carried: the
+        # one-row kernel, cuBLAS for more rows; unless SKIP_BASE) and in this checkout
+    python3 -m cellspec.plugins.build 2>&1 | tail -2
+    python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py \
+        -k row_matmul 2>&1 | tail -4
+    if [ -n "${ROW_TESTS_ONLY:-}" ]; then  # the GPU tests in the cell-row mode only
+      CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+          tests/gpu/test_ort_cuda.py -k cell-row 2>&1 | tee "$OUT"/gpu_tests.log | tail -3
+    else
+      gpu_tests
+    fi
+    [ -n "${SKIP_PROBE:-}" ] || python3 tools/gpu_bench.py projections --out "$OUT/projections" \
+        --rows "${ROWS:-1,8,16,32,64,256,1024}" --variants "${VARIANTS:-}" 2>&1 \
+        | grep -v "plugin EP" | cut -c1-160 | tail -4
+    CELLSPEC_CUDA_PROJECTIONS=cublas CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py \
+        steps --shapes "${SHAPES:-A,B}" --batches 1,8,32 --chains 16 --out "$OUT/steps-cublas" \
+        --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -6 | cut -c1-140
+    if [ -n "${SKIP_BASE:-}" ]; then  # RowMatMul in this checkout only
+      CELLSPEC_CUDA_PROJECTIONS=row CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py \
+          steps --shapes "${SHAPES:-A,B}" --batches 1,8,32 --chains 16 --out "$OUT/steps-new" \
+          --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -6 | cut -c1-140
+    else
+      (export CELLSPEC_CUDA_PROJECTIONS=row
+       base_then_new steps "" 6 steps --shapes "${SHAPES:-A,B}" --batches 1,8,32 --chains 16 \
+           --work "$WORK")
+    fi
+    ;;
+  mma-real)  # the real SmolLM2 plain and speculative with CellAttention, the projections
+             # ONNX Runtime's and then RowMatMul; GenAI on A and B (.peer carried; unless
+             # SKIP_GENAI)
+    for projections in cublas row; do
+      CELLSPEC_CUDA_PROJECTIONS=$projections CELLSPEC_CUDA_ATTENTION=cell python3 \
+          tools/gpu_bench.py smollm2 --dtype float16 --draft "$SHIPPED" --chain-steps 16 \
+          --batches 1,8 --tokens 96 --out "$OUT/real-$projections" --work "$WORK" 2>&1 \
+          | grep -v "plugin EP" | tail -6 | cut -c1-200
+    done
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -8
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real" >&2
     exit 2
     ;;
 esac

@@ -22,11 +22,11 @@
 // SwiGlu: x [..., 2 I] -> silu(x[..., :I]) * x[..., I:], float32 arithmetic, one rounding.
 // RowMatMul (Float16, BFloat16): x [..., K] times w [N, K] -> y [..., N], float32 sums, one
 // rounding: a projection (rewrite.projections_for_cuda gives it a MatMul's weight transposed, which
-// ONNX Runtime folds at load, or the LM head's Gemm weight as it is). A single row (a decode step
-// at batch 1) takes cellspec's kernel, a warp per output (cuBLAS took 3.7 us per small GEMM
-// whatever its size on the H200; this takes 2.8); more rows go to cuBLAS.
+// ONNX Runtime folds at load, or the LM head's Gemm weight as it is), on the tensor cores, with
+// a row's rounding independent of the other rows (cuBLAS took 3.7 us per small GEMM whatever its
+// size on the H200, and rounded a row alone otherwise than in a batch).
 // RowMatMulSwiGlu (Float16, BFloat16): x [..., K], w [2 I, K] -> SwiGlu(RowMatMul(x, w)), bit for
-// bit, in one kernel for a single row; outputs y [..., I] and scratch.
+// bit, in one kernel; outputs y [..., I] and scratch.
 // SequentialCumSum (Float only): x [..., n] -> y [..., n], y[i] = y[i - 1] + x[i] (y[0] = x[0]),
 // one float32 add at a time in index order: the sums of ONNX CumSum on ONNX Runtime's CPU
 // provider and of numpy's cumsum, bit for bit, in time linear in n (the CUDA provider's CumSum
@@ -503,60 +503,212 @@ __global__ void swiglu_kernel(const T* __restrict__ x, int64_t rows, int64_t inn
   }
 }
 
-// RowMatMul's kernel for one row (a decode step of one sequence): y[n] = sum over k of x[k] w[n, k]
-// in float32, one rounding; a warp per output n. Lane l sums k in [kVec l + kSpan i, + kVec) for
-// i = 0, 1, ... in that order, one fmaf at a time, then the warp's 32 sums are reduced by
-// warp_reduce's fixed shuffles. Each lane loads kRowMatMulUnroll 16-byte vectors of its weight row
-// and of x before it sums any. kGlu (RowMatMulSwiGlu): w holds 2 N rows, gate then up; output n
-// sums rows n and N + n, each rounded to T, then silu(gate) * up as swiglu_kernel computes it:
-// SwiGlu(RowMatMul) bit for bit. Several rows share each weight load better in cuBLAS's kernels:
-// this kernel's 8-row form (a warp per two outputs, x read through L1) made a step at batch 8
-// 3-36% slower than cuBLAS on the H200, and an mma.sync form lost at batch 1 (bench/NOTES.md).
-constexpr int kRowMatMulWarps = 4;
-constexpr int kRowMatMulUnroll = 4;
+// RowMatMul's kernel, for any number of rows: y[r, n] = sum over k of x[r, k] w[n, k] in float32,
+// one rounding, on the tensor cores (mma.sync m16n8k16, float32 accumulators). K is cut into
+// chunks of 32 and the chunks into kSlices runs of consecutive chunks; a warp sums one run for a
+// tile of 8 outputs and 16 kMTiles rows, and the runs' sums are added in run order. Lane (g, t) =
+// (lane / 4, lane % 4) loads 16 bytes, k in [32 c + 8 t, + 8), of weight row g and of x rows g
+// and g + 8: one mma takes the first four of those k as its slots {2t, 2t + 1, 2t + 8, 2t + 9},
+// a second one the last four. (The slots' order is any bijection of the chunk's k, chosen so
+// that every load is a 16-byte vector and no shared memory is needed.) kSlices depends on K and
+// N only (row_slices), so nothing in a row's arithmetic depends on the other rows, on how many
+// there are, or on its tile: a sequence's projections round the same alone, in a batch, in a
+// verify or in a prompt. kGlu (RowMatMulSwiGlu): w holds 2 N rows, gate then up; output n sums
+// rows n and N + n, each rounded to T, then silu(gate) * up as swiglu_kernel computes it:
+// SwiGlu(RowMatMul) bit for bit. (Before: a warp per output on the CUDA cores, 8 conversions and
+// FMAs per weight at 8 rows: level at one row, 1.4x cuBLAS's step at 8 on the H200; cuBLAS for
+// more rows than one rounded a row otherwise than alone. bench/NOTES.md, 2026-12-02.)
+constexpr int kRowWarps = 8;  // a block's warps: kRowWarps / kSlices tiles of outputs
+#ifndef ROW_MIN_WARPS
+#define ROW_MIN_WARPS 2048  // runs of K are cut until this many warps share the outputs
+#endif
+#ifndef ROW_LOADS
+#define ROW_LOADS 4  // chunks loaded before their mma's (at one tile of rows)
+#endif
 
-template <typename T, bool kGlu>
-__global__ void __launch_bounds__(32 * kRowMatMulWarps) row_matmul_kernel(
-    const T* __restrict__ x, const T* __restrict__ w, int K, int N, T* __restrict__ y) {
-  constexpr int kVec = Vec<T>::kSize;
-  constexpr int kSpan = 32 * kVec;  // the values of k a warp's loads cover
-  constexpr int kSets = kGlu ? 2 : 1;  // weight rows per warp: n, or gate n and up n
-  const int lane = threadIdx.x & 31;
-  const int n = blockIdx.x * kRowMatMulWarps + threadIdx.x / 32;
-  if (n >= N) return;  // a whole warp leaves
-  float acc[kSets] = {};
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                  uint32_t a2, uint32_t a3, uint32_t b0,
+                                                  uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // never launched there: device_has_mma
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                         uint32_t a2, uint32_t a3, uint32_t b0,
+                                                         uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // never launched there: device_has_mma
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+template <typename T, bool kGlu, int kMTiles, int kSlices>
+__global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
+    const T* __restrict__ x, const T* __restrict__ w, int rows, int K, int N,
+    T* __restrict__ y) {
+  constexpr int kSets = kGlu ? 2 : 1;  // weight tiles: outputs n, or gate n and up n
+  constexpr int kLoads = kMTiles == 1 ? ROW_LOADS : 2;
+  constexpr int kValues = kMTiles * kSets * 4;
+  __shared__ float sums[kSlices > 1 ? kRowWarps : 1][kValues][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, slice = warp % kSlices;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = (blockIdx.y * (kRowWarps / kSlices) + warp / kSlices) * 8;
+  const int r0 = blockIdx.x * 16 * kMTiles;
+  const bool has_n = n0 + g < N;
+  const int chunks = (K + 31) / 32;
+  const int begin = slice * chunks / kSlices, end = (slice + 1) * chunks / kSlices;
+  float acc[kMTiles][kSets][4] = {};
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  for (int base = 0; base < K; base += kSpan * kRowMatMulUnroll) {
-    uint4 weights[kSets][kRowMatMulUnroll], xs[kRowMatMulUnroll];
+  for (int base = begin; base < end; base += kLoads) {
+    uint4 wv[kLoads][kSets], xv[kLoads][kMTiles][2];
 #pragma unroll
-    for (int u = 0; u < kRowMatMulUnroll; ++u) {
-      const int k = base + u * kSpan + lane * kVec;
+    for (int u = 0; u < kLoads; ++u) {
+      const int k = (base + u) * 32 + 8 * t;
+      const bool in_k = base + u < end && k < K;
 #pragma unroll
       for (int set = 0; set < kSets; ++set)
-        weights[set][u] = k < K ? *reinterpret_cast<const uint4*>(
-                                      w + (static_cast<int64_t>(n) + set * N) * K + k) : zero;
-      xs[u] = k < K ? *reinterpret_cast<const uint4*>(x + k) : zero;
+        wv[u][set] = in_k && has_n ? *reinterpret_cast<const uint4*>(
+                                         w + (static_cast<int64_t>(set) * N + n0 + g) * K + k)
+                                   : zero;
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = r0 + 16 * m + 8 * half + g;
+          xv[u][m][half] = in_k && r < rows ? *reinterpret_cast<const uint4*>(
+                                                  x + static_cast<int64_t>(r) * K + k)
+                                            : zero;
+        }
     }
 #pragma unroll
-    for (int u = 0; u < kRowMatMulUnroll; ++u) {
-      if (base + u * kSpan + lane * kVec >= K) break;
-      const T* xu = reinterpret_cast<const T*>(&xs[u]);
+    for (int u = 0; u < kLoads; ++u) {
+      if (base + u >= end) break;
 #pragma unroll
-      for (int set = 0; set < kSets; ++set) {
-        const T* wu = reinterpret_cast<const T*>(&weights[set][u]);
+      for (int m = 0; m < kMTiles; ++m) {
+        const uint4 lo = xv[u][m][0], hi = xv[u][m][1];
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) acc[set] = fmaf(to_float(wu[i]), to_float(xu[i]), acc[set]);
+        for (int set = 0; set < kSets; ++set) {
+          const uint4 b = wv[u][set];
+          mma_16816<T>(acc[m][set], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+          mma_16816<T>(acc[m][set], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+        }
       }
     }
   }
-  float out = warp_reduce<false>(acc[0]);
-  if (kGlu) {
-    const float gate = to_float(from_float<T>(out));
-    const float up = to_float(from_float<T>(warp_reduce<false>(acc[kSets - 1])));
-    out = gate / (1.f + expf(-gate)) * up;
+  if (kSlices > 1) {
+    if (slice > 0) {
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+        for (int set = 0; set < kSets; ++set)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            sums[warp][(m * kSets + set) * 4 + i][lane] = acc[m][set][i];
+    }
+    __syncthreads();
+    if (slice > 0) return;
   }
-  if (lane == 0) y[n] = from_float<T>(out);
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float total[kSets];
+#pragma unroll
+      for (int set = 0; set < kSets; ++set) {
+        total[set] = acc[m][set][i];
+#pragma unroll
+        for (int run = 1; run < kSlices; ++run)
+          total[set] += sums[kSlices > 1 ? warp + run : 0][(m * kSets + set) * 4 + i][lane];
+      }
+      // accumulator i holds row g (i < 2) or g + 8, output 2 t + i % 2
+      const int r = r0 + 16 * m + g + 8 * (i / 2), n = n0 + 2 * t + (i & 1);
+      if (r >= rows || n >= N) continue;
+      float out = total[0];
+      if (kGlu) {
+        const float gate = to_float(from_float<T>(total[0]));
+        const float up = to_float(from_float<T>(total[kSets - 1]));
+        out = gate / (1.f + expf(-gate)) * up;
+      }
+      y[static_cast<int64_t>(r) * N + n] = from_float<T>(out);
+    }
 }
+
+// whether this process's device has mma.sync m16n8k16 (compute capability 8.0 and above)
+bool device_has_mma() {
+  static const bool has = [] {
+    int device = 0, major = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+               cudaSuccess &&
+           major >= 8;
+  }();
+  return has;
+}
+
+// the runs row_matmul_kernel cuts K into for N outputs: 1, 2, 4 or 8, the fewest that give
+// ROW_MIN_WARPS warps (small matrices need the parallelism, large ones the long runs), at
+// most one per chunk. A function of K and N alone: a row's sums must not depend on the rows.
+int row_slices(int K, int N) {
+  const int tiles = (N + 7) / 8, chunks = (K + 31) / 32;
+  int slices = 1;
+  while (slices < kRowWarps && tiles * slices < ROW_MIN_WARPS && 2 * slices <= chunks)
+    slices *= 2;
+  return slices;
+}
+
+// blocks for the same outputs and other rows run side by side (the tiles of rows are grid x),
+// so that the weights they share come from L2 after the first
+template <typename T, bool kGlu, int kMTiles>
+void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
+                      cudaStream_t stream) {
+  const int slices = row_slices(K, N), per_block = kRowWarps / slices;
+  const dim3 grid((rows + 16 * kMTiles - 1) / (16 * kMTiles),
+                  ((N + 7) / 8 + per_block - 1) / per_block);
+  const dim3 block(32 * kRowWarps);
+  if (slices == 1)
+    row_matmul_kernel<T, kGlu, kMTiles, 1><<<grid, block, 0, stream>>>(x, w, rows, K, N, y);
+  else if (slices == 2)
+    row_matmul_kernel<T, kGlu, kMTiles, 2><<<grid, block, 0, stream>>>(x, w, rows, K, N, y);
+  else if (slices == 4)
+    row_matmul_kernel<T, kGlu, kMTiles, 4><<<grid, block, 0, stream>>>(x, w, rows, K, N, y);
+  else
+    row_matmul_kernel<T, kGlu, kMTiles, 8><<<grid, block, 0, stream>>>(x, w, rows, K, N, y);
+}
+
+// row_matmul_kernel over `rows` rows of x on `stream`: 16 rows a block up to ROW_WIDE_ROWS
+// rows (a decode batch, a verify), 64 beyond (a prompt: fewer passes over the weights). The
+// same arithmetic for a row whichever.
+#ifndef ROW_WIDE_ROWS
+#define ROW_WIDE_ROWS 64
+#endif
+
+template <typename T, bool kGlu>
+void launch_row_matmul(const T* x, const T* w, int rows, int K, int N, T* y,
+                       cudaStream_t stream) {
+  if (rows <= ROW_WIDE_ROWS)
+    launch_row_tiles<T, kGlu, 1>(x, w, rows, K, N, y, stream);
+  else
+    launch_row_tiles<T, kGlu, 4>(x, w, rows, K, N, y, stream);
+}
+
+// the outputs row_matmul_kernel takes: a grid's y (tiles of 8 outputs) stops at 65,535
+constexpr int64_t kRowMaxOutputs = 65535LL * 8;
 
 // x [rows, 2 I] -> out [rows, I] by swiglu_kernel, on `stream`
 template <typename T>
@@ -926,9 +1078,12 @@ constexpr int cuda_data_type() {
   return std::is_same<T, __half>::value ? 2 : std::is_same<T, __nv_bfloat16>::value ? 14 : 0;
 }
 
-// RowMatMul: x [..., K] times w [N, K] -> y [..., N] (T), float32 sums, one rounding. One row (a
-// decode step at batch 1) by row_matmul_kernel; more rows by cuBLAS on ONNX Runtime's own handle
-// and stream, as its MatMul does them (with w transposed). RowMatMulSwiGlu (kGlu): w [2 I, K] ->
+// RowMatMul: x [..., K] times w [N, K] -> y [..., N] (T), float32 sums, one rounding, by
+// row_matmul_kernel, whatever the rows. Only where that kernel cannot run (K not a multiple of 8,
+// x or w not 16-byte aligned, over 524,280 outputs, a device before compute capability 8.0) by
+// cuBLAS on ONNX
+// Runtime's own handle and stream, as its MatMul does them (with w transposed), and then a row
+// may round otherwise in a batch than alone. RowMatMulSwiGlu (kGlu): w [2 I, K] ->
 // SwiGlu(RowMatMul(x, w)) [..., I]; output 1 is scratch (the product, for cuBLAS's rows).
 template <typename T, bool kGlu>
 struct RowMatMulKernel {
@@ -961,15 +1116,14 @@ struct RowMatMulKernel {
     auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
     const bool aligned = K % Vec<T>::kSize == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(w) % 16 == 0;
-    const bool own = rows == 1 && aligned;
+    const bool own = aligned && outputs <= kRowMaxOutputs && device_has_mma();
     T* product = out.GetTensorMutableData<T>();
     if (kGlu)
       product = ctx.GetOutput(1, {own ? 0 : rows * N}).GetTensorMutableData<T>();
     if (rows * N == 0) return nullptr;
     if (own) {
-      const int blocks = static_cast<int>((outputs + kRowMatMulWarps - 1) / kRowMatMulWarps);
-      row_matmul_kernel<T, kGlu><<<blocks, 32 * kRowMatMulWarps, 0, stream>>>(
-          x, w, static_cast<int>(K), static_cast<int>(outputs), out.GetTensorMutableData<T>());
+      launch_row_matmul<T, kGlu>(x, w, static_cast<int>(rows), static_cast<int>(K),
+                                 static_cast<int>(outputs), out.GetTensorMutableData<T>(), stream);
       return launched();
     }
     const GemmEx gemm = cublas_gemm_ex();

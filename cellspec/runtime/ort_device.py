@@ -332,7 +332,7 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     # (GroupQueryAttention) changed float16 tokens between a batch of 8 and each alone.
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
-                            sampler, cuda_attention(), cuda_projections())
+                            sampler, cuda_attention(), cuda_projections(cuda_attention()))
 
 
 def cuda_attention() -> str:
@@ -340,13 +340,14 @@ def cuda_attention() -> str:
     return os.environ.get("CELLSPEC_CUDA_ATTENTION", "decomposed")
 
 
-def cuda_projections() -> str:
-    """How `ort-cuda` runs the float16/bfloat16 projections: CELLSPEC_CUDA_PROJECTIONS, default
-    "cublas" (ONNX Runtime's MatMuls); "row" (with CELLSPEC_CUDA_ATTENTION=cell): cellspec's
-    RowMatMul, a decode step at batch 1 8-12% faster on the H200, but a sequence decoded alone
-    then rounds its projections otherwise than in a batch, so float16 tokens can differ between
-    the two (device_sessions.PROJECTION_MODES)."""
-    return os.environ.get("CELLSPEC_CUDA_PROJECTIONS", "cublas")
+def cuda_projections(attention: str) -> str:
+    """How `ort-cuda` runs the float16/bfloat16 projections under `attention`:
+    CELLSPEC_CUDA_PROJECTIONS, else "row" with CellAttention (its library's RowMatMul, on the
+    tensor cores, a row's rounding independent of the batch: decode steps faster than cuBLAS's
+    on the H200, prompts slower) and "cublas" (ONNX Runtime's MatMuls) otherwise, the only
+    choice there (device_sessions.PROJECTION_MODES)."""
+    default = "row" if attention == "cell" else "cublas"
+    return os.environ.get("CELLSPEC_CUDA_PROJECTIONS", default)
 
 
 # use_tf32 off: ONNX Runtime's CUDA provider otherwise runs float32 MatMuls on TF32 tensor

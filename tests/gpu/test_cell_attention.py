@@ -267,19 +267,36 @@ def test_device_sampler_draws_what_the_host_does(cell_library, tmp_path):
     assert [int(got[i]) for i in stable] == [host_sample(logits[i], params[i]) for i in stable]
 
 
-@pytest.mark.parametrize("rows,K", [(1, 576), (1, 1536), (1, 4096), (3, 576), (40, 576),
-                                    (1, 1000)])  # more rows, or K not a multiple of 8: cuBLAS
-def test_row_matmul_matches_reference(cell_library, rows, K):
+@pytest.mark.parametrize("rows,K,N", [(1, 576, 960), (1, 1536, 960), (1, 4096, 960),
+                                      (3, 576, 100), (40, 584, 960), (100, 576, 52),
+                                      (1, 1000, 960)])  # K not a multiple of 8: cuBLAS
+def test_row_matmul_matches_reference(cell_library, rows, K, N):
     rng = np.random.default_rng(rows + K)
     x = rng.standard_normal((rows, K)).astype(np.float16)
-    w = (rng.standard_normal((960, K)) / np.sqrt(K)).astype(np.float16)
+    w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
     got = run_node(cell_library, "RowMatMul", {"x": x, "w": w}, ["y"])[0]
     want = x.astype(np.float64) @ w.astype(np.float64).T
-    assert got.shape == (rows, 960) and got.dtype == np.float16
+    assert got.shape == (rows, N) and got.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float64), want, atol=4e-3, rtol=4e-3)
 
 
-@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("op, outputs", [("RowMatMul", 100), ("RowMatMulSwiGlu", 52)])
+def test_row_matmul_rounds_a_row_the_same_among_any_rows(cell_library, op, outputs):
+    """A row's output bit for bit the same alone, among 5, 16, 17, 33 or 64 others in any order,
+    and in all 100 (one, two and four tiles of 16 rows a block); K 1,544 ends in a part chunk."""
+    rng = np.random.default_rng(11)
+    K, N = 1544, outputs * (2 if op == "RowMatMulSwiGlu" else 1)
+    x = rng.standard_normal((100, K)).astype(np.float16)
+    w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
+    names = ["y", "scratch"] if op == "RowMatMulSwiGlu" else ["y"]
+    full = run_node(cell_library, op, {"x": x, "w": w}, names)[0]
+    for count in (1, 5, 16, 17, 33, 64):
+        rows = rng.permutation(100)[:count]
+        part = run_node(cell_library, op, {"x": x[rows], "w": w}, names)[0]
+        assert np.array_equal(part, full[rows]), count
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
 def test_row_matmul_swiglu_is_swiglu_of_row_matmul(cell_library, rows):
     rng = np.random.default_rng(rows)
     x = rng.standard_normal((rows, 576)).astype(np.float16)

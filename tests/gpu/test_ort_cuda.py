@@ -22,20 +22,17 @@ PADDED_CELLS = ("float16 on the H200 with attention as standard ops (2026-11-30)
                 "held. cellspec's CellAttention keeps them. See bench/NOTES.md")
 
 
-ROW_ALONE = ("CELLSPEC_CUDA_PROJECTIONS=row on the H200 (2026-12-02): a sequence decoded alone "
-             "takes RowMatMul's one-row kernel, in a batch cuBLAS's, which round its float16 "
-             "projections otherwise, and tokens changed. See bench/NOTES.md")
-
-
 @pytest.fixture(params=["decomposed", "cell", "cell-row"])
 def attention(request, monkeypatch):
     """ort-cuda's attention: standard ops (the default), or cellspec's CellAttention, with
-    ONNX Runtime's projections or (cell-row) cellspec's RowMatMul."""
+    ONNX Runtime's projections or (cell-row, its default) cellspec's RowMatMul."""
     if request.param.startswith("cell"):
         request.getfixturevalue("cell_library")  # skips, saying why, where it cannot be built
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", request.param.split("-")[0])
-    if request.param == "cell-row":
-        monkeypatch.setenv("CELLSPEC_CUDA_PROJECTIONS", "row")
+    if request.param == "cell":
+        monkeypatch.setenv("CELLSPEC_CUDA_PROJECTIONS", "cublas")
+    else:  # cell-row: CellAttention's default projections
+        monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
     return request.param
 
 
@@ -118,8 +115,6 @@ def test_decode_chains_equal_steps(smollm2_by_dtype, attention, sampling):
 @pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
 def test_batch_of_eight_equals_each_alone(request, smollm2_by_dtype, attention, sampling):
     expect_padded_cells(request, attention, sampling)
-    if attention == "cell-row":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=ROW_ALONE))
     artifact = smollm2_by_dtype("float16")
     ids = (prompt_ids(artifact) * 2)[:8]
     executor = Executor.load(artifact, backend="ort-cuda", max_sessions=8)

@@ -510,6 +510,15 @@ def llama_half(tmp_path_factory):
     return root / "artifact"
 
 
+def test_cell_attention_brings_row_projections_unless_told_otherwise(monkeypatch):
+    from cellspec.runtime.ort_device import cuda_projections
+
+    monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
+    assert (cuda_projections("cell"), cuda_projections("decomposed")) == ("row", "cublas")
+    monkeypatch.setenv("CELLSPEC_CUDA_PROJECTIONS", "cublas")
+    assert cuda_projections("cell") == "cublas"
+
+
 def test_row_projections_come_only_with_cell_attention_and_when_asked(llama_half):
     """`ort-cuda` rewrites a float16 graph's projections into RowMatMul (and the SwiGlus of
     gate/up products into RowMatMulSwiGlu) only with CELLSPEC_CUDA_PROJECTIONS=row, which needs
