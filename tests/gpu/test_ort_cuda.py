@@ -124,8 +124,9 @@ def test_batch_of_eight_equals_each_alone(request, smollm2_by_dtype, attention, 
 
 
 @pytest.mark.parametrize("dtype, tolerance", [("float16", 3e-2), ("bfloat16", 8e-2)])
-def test_half_precision_logits_near_float32(smollm2_by_dtype, dtype, tolerance):
-    """max |logits - logits_f32| / max |logits_f32| over a prompt and 16 decoded positions."""
+def test_half_precision_logits_near_float32(smollm2_by_dtype, dtype, tolerance, attention):
+    """max |logits - logits_f32| / max |logits_f32| over a prompt's positions, in each attention
+    mode (with CellAttention, bfloat16 runs cellspec's BFloat16 ops and RowMatMul)."""
     ids = prompt_ids(smollm2_by_dtype("float32"))[0]
     logits = {}
     for name in ("float32", dtype):
