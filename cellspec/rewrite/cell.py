@@ -13,6 +13,7 @@ from cellspec.rewrite.attention import decompose_node
 from cellspec.rewrite.graph import (
     CELL_OPS,
     CELLSPEC_DOMAIN,
+    TYPE_SUFFIX,
     Emitter,
     activation_type,
     gathered_past,
@@ -34,7 +35,7 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     before), the op takes the projection (CellRotaryAttention, CellNormRotaryAttention) and the
     Slices and rotations go; SiLU-gated products of a projection's two halves become SwiGlu."""
     dtype = activation_type(model)
-    op = CELL_OPS.get(dtype)
+    op, suffix = CELL_OPS.get(dtype), TYPE_SUFFIX.get(dtype)
     by_position = int(model.graph.name == "target")
     initializers = {i.name: i for i in model.graph.initializer}
     readers: dict[str, set[str]] = {}
@@ -67,7 +68,7 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
                    outputs=[node.output[0], f"{node.name}/partials"], **common)
         else:
             kind = "CellNormRotaryAttention" if rotary.norms else "CellRotaryAttention"
-            e.node(kind + op[len("CellAttention"):],
+            e.node(kind + suffix,
                    [rotary.qkv, *rotary.caches, *cells, *rotary.norms], node.name,
                    outputs=[node.output[0], new_k, new_v, f"{node.name}/q",
                             f"{node.name}/partials"],
@@ -79,7 +80,7 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     if used:
         import_domain(result, CELLSPEC_DOMAIN)
     if op is not None:
-        _fuse_swiglu(result, "SwiGlu" + op[len("CellAttention"):])
+        _fuse_swiglu(result, "SwiGlu" + suffix)
     return result
 
 

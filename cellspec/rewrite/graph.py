@@ -10,8 +10,10 @@ from onnx import TensorProto, helper, numpy_helper
 HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 CONTRIB = "com.microsoft"
 CELLSPEC_DOMAIN = "cellspec"
-CELL_OPS = {TensorProto.FLOAT: "CellAttentionFloat", TensorProto.FLOAT16: "CellAttentionFloat16",
-            TensorProto.BFLOAT16: "CellAttentionBFloat16"}
+# cellspec's ops are registered once per element type, named op + this suffix
+TYPE_SUFFIX = {TensorProto.FLOAT: "Float", TensorProto.FLOAT16: "Float16",
+               TensorProto.BFLOAT16: "BFloat16"}
+CELL_OPS = {dtype: "CellAttention" + suffix for dtype, suffix in TYPE_SUFFIX.items()}
 
 
 class Emitter:

@@ -7,9 +7,9 @@ import onnx
 from onnx import TensorProto, helper
 
 from cellspec.rewrite.graph import (
-    CELL_OPS,
     CELLSPEC_DOMAIN,
     HALF,
+    TYPE_SUFFIX,
     constant_values,
     import_domain,
     node_attributes,
@@ -17,7 +17,7 @@ from cellspec.rewrite.graph import (
 
 SEQUENTIAL_CUMSUM = "SequentialCumSumFloat"
 SORT_DESCENDING = "SortDescendingFloat"
-ROW_MATMUL = "RowMatMul"  # + the type suffix of CELL_OPS
+ROW_MATMUL = "RowMatMul"  # + TYPE_SUFFIX
 
 
 def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -79,7 +79,7 @@ def projections_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = HALF
             nodes.append(node)
             continue
         attrs = node_attributes(node)
-        op = ROW_MATMUL + CELL_OPS[weight.data_type][len("CellAttention"):]
+        op = ROW_MATMUL + TYPE_SUFFIX[weight.data_type]
         if node.op_type == "MatMul":
             w = f"{weight.name}/T"
             if w not in transposed:
