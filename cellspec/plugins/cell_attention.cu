@@ -490,6 +490,11 @@ __global__ void rotary_split_kernel(const T* __restrict__ qkv, const T* __restri
 }
 
 // x [rows, 2 I] -> silu(x[:, :I]) * x[:, I:] [rows, I], float32 arithmetic, one rounding
+// silu(gate) * up in float32: SwiGlu's arithmetic, which RowMatMulSwiGlu must repeat bit for bit
+__device__ __forceinline__ float silu_times(float gate, float up) {
+  return gate / (1.f + expf(-gate)) * up;
+}
+
 template <typename T>
 __global__ void swiglu_kernel(const T* __restrict__ x, int64_t rows, int64_t inner,
                               T* __restrict__ out) {
@@ -499,7 +504,7 @@ __global__ void swiglu_kernel(const T* __restrict__ x, int64_t rows, int64_t inn
     const int64_t row = i / inner, j = i % inner;
     const float gate = to_float(x[row * 2 * inner + j]);
     const float up = to_float(x[row * 2 * inner + inner + j]);
-    out[i] = from_float<T>(gate / (1.f + expf(-gate)) * up);
+    out[i] = from_float<T>(silu_times(gate, up));
   }
 }
 
@@ -514,7 +519,7 @@ __global__ void swiglu_kernel(const T* __restrict__ x, int64_t rows, int64_t inn
 // N only (row_slices), so nothing in a row's arithmetic depends on the other rows, on how many
 // there are, or on its tile: a sequence's projections round the same alone, in a batch, in a
 // verify or in a prompt. kGlu (RowMatMulSwiGlu): w holds 2 N rows, gate then up; output n sums
-// rows n and N + n, each rounded to T, then silu(gate) * up as swiglu_kernel computes it:
+// rows n and N + n, each rounded to T, then silu_times(gate, up) as swiglu_kernel computes it:
 // SwiGlu(RowMatMul) bit for bit. (Before: a warp per output on the CUDA cores, 8 conversions and
 // FMAs per weight at 8 rows: level at one row, 1.4x cuBLAS's step at 8 on the H200; cuBLAS for
 // more rows than one rounded a row otherwise than alone. bench/NOTES.md, 2026-12-02.)
@@ -526,37 +531,26 @@ constexpr int kRowWarps = 8;  // a block's warps: kRowWarps / kSlices tiles of o
 #define ROW_LOADS 4  // chunks loaded before their mma's (at one tile of rows)
 #endif
 
+// d += a b on the tensor cores for one 16x8x16 tile, T the inputs' type (PTX's f16 or bf16)
+#define CELLSPEC_MMA_16816(PTX)                                                              \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX                          \
+               ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"     \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                             \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                          uint32_t a3, uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], uint32_t a0, uint32_t a1,
-                                                  uint32_t a2, uint32_t a3, uint32_t b0,
-                                                  uint32_t b1) {
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // never launched there: device_has_mma
 #else
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  if constexpr (std::is_same<T, __half>::value)
+    CELLSPEC_MMA_16816("f16");
+  else
+    CELLSPEC_MMA_16816("bf16");
 #endif
 }
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], uint32_t a0, uint32_t a1,
-                                                         uint32_t a2, uint32_t a3, uint32_t b0,
-                                                         uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  __trap();  // never launched there: device_has_mma
-#else
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
+#undef CELLSPEC_MMA_16816
 
 template <typename T, bool kGlu, int kMTiles, int kSlices>
 __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
@@ -643,7 +637,7 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
       if (kGlu) {
         const float gate = to_float(from_float<T>(total[0]));
         const float up = to_float(from_float<T>(total[kSets - 1]));
-        out = gate / (1.f + expf(-gate)) * up;
+        out = silu_times(gate, up);
       }
       y[static_cast<int64_t>(r) * N + n] = from_float<T>(out);
     }
