@@ -49,9 +49,8 @@ def _check_placeable(path: Path, providers: list) -> None:
 # "grouped": as "cuda" for every dtype (the CPU provider's GroupQueryAttention takes float32:
 # the tests check the rewrite's semantics there)
 ATTENTION_MODES = ("as-exported", "cell", "cuda", "decomposed", "grouped")
-# "cublas": ONNX Runtime's MatMuls; "row" (with "cell"): cellspec's RowMatMul, whose kernel for a
-# single row makes a decode step at batch 1 faster but rounds it otherwise than cuBLAS rounds the
-# same row in a batch (bench/NOTES.md, 2026-12-02)
+# "cublas": ONNX Runtime's MatMuls; "row" (with "cell"): cellspec's RowMatMul on the tensor
+# cores, a row rounded the same whatever the rows beside it (bench/NOTES.md, 2026-12-02 later)
 PROJECTION_MODES = ("cublas", "row")
 # ops that mode "cell" rewrites in a graph without Attention (the sampler's)
 CELL_REWRITTEN = {"CumSum", "TopK"}

@@ -316,8 +316,8 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     from cellspec.runtime.device import CudaDevice
 
     device = CudaDevice()
-    options = dict(CUDA_PROVIDER_OPTIONS)
-    if cuda_attention() == "cell":  # ONNX Runtime on PyCUDA's stream, runs queued in order
+    options, attention = dict(CUDA_PROVIDER_OPTIONS), cuda_attention()
+    if attention == "cell":  # ONNX Runtime on PyCUDA's stream, runs queued in order
         # (with standard-op attention a CUDA graph capture on that stream failed on the H200,
         # error 901 at 4 sessions: that mode keeps the provider's own stream and waits)
         options |= {"has_user_compute_stream": "1",
@@ -332,7 +332,7 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     # (GroupQueryAttention) changed float16 tokens between a batch of 8 and each alone.
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
-                            sampler, cuda_attention(), cuda_projections(cuda_attention()))
+                            sampler, attention, cuda_projections(attention))
 
 
 def cuda_attention() -> str:
