@@ -93,59 +93,39 @@ def variant(model: onnx.ModelProto, kind: str) -> onnx.ModelProto:
     return result
 
 
-def session(path: Path):
-    import onnxruntime as ort
-
-    from cellspec.runtime import ort_cpu
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = 2
-    options.log_severity_level = 4
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    serialized = ort_cpu._by_position(path)
-    if serialized is not None:
-        options.add_session_config_entry(
-            "session.model_external_initializers_file_folder_path", str(path.parent))
-    return ort.InferenceSession(serialized or str(path), options,
-                                providers=["CPUExecutionProvider"])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("artifact", type=Path)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=16)
     args = parser.parse_args()
-    from cellspec.runtime import ort_cpu
+    from cellspec.runtime.ort_cpu import OrtCpuEngine
 
     feeds, names = captured_feeds(args.artifact, args.batch)
     exported = args.artifact / "target.onnx"
     model = onnx.load(str(exported), load_external_data=False)
-    sessions, made = {"exported": session(exported)}, []
+    # the runtime's own sessions (its options, attention by position), threads spinning
+    engines, made = {"exported": OrtCpuEngine(exported, 2, spinning=True)}, []
     try:
         for kind in ("ones", "none"):
             path = args.artifact / f"target-probe-{kind}.onnx"  # beside the weights it reads
             onnx.save(variant(model, kind), str(path))
             made.append(path)
-            sessions[kind] = session(path)
+            engines[kind] = OrtCpuEngine(path, 2, spinning=True)
     finally:
         for path in made:
             path.unlink()
-    if ort_cpu.NEW_COLUMNS in {i.name for i in sessions["exported"].get_inputs()}:
-        feeds = {**feeds, **ort_cpu.by_position_feeds(feeds)}
-    logits = names.index("logits")
-    want = sessions["exported"].run(names, feeds)[logits]
+    want = engines["exported"].run(feeds, names)["logits"]
     for kind in ("ones", "none"):
-        got = sessions[kind].run(names, feeds)[logits]
+        got = engines[kind].run(feeds, names)["logits"]
         print(f"{kind}: max |logits - exported's| {np.abs(got - want).max():.3g}, "
               f"same argmax {bool((got.argmax(-1) == want.argmax(-1)).all())}")
-    times = {kind: [] for kind in sessions}
+    times = {kind: [] for kind in engines}
     for _ in range(args.rounds):
-        for kind, s in sessions.items():
+        for kind, engine in engines.items():
             start = time.perf_counter()
             for _ in range(10):
-                s.run(names, feeds)
+                engine.run(feeds, names)
             times[kind].append((time.perf_counter() - start) / 10 * 1e3)
     for kind, values in times.items():
         print(f"{kind}: session.run {statistics.median(values):.2f} ms median, "
