@@ -56,6 +56,10 @@
 #                                      # projection by cuBLAS and RowMatMul per row count; steps
 #                                      # on A and B with each projection form (.gpu/base carried)
 #   bash tools/gpu_run.sh mma-real     # the real SmolLM2 with each projection form; GenAI A, B
+#   bash tools/gpu_run.sh rotary       # RowMatMulRotary: op tests, GPU tests; steps on A and B,
+#                                      # this checkout vs .gpu/base
+#   bash tools/gpu_run.sh rotary-more  # then: steps again, an A step's kernels, GenAI on A and
+#                                      # B, the real SmolLM2
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -520,8 +524,39 @@ case "${1:-}" in
     done
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -8
     ;;
+  rotary)  # RowMatMulRotary (the qkv projection's rotation in its epilogue): the build, the op
+           # tests (stop there when they fail), the GPU tests (unless SKIP_TESTS), then steps on
+           # SHAPES (A,B) at 1, 8 and 32 in chains of 16 with CellAttention, BASE's tree
+           # (.gpu/base, carried) and this checkout alternating, for each of ROUNDS (1)
+    python3 -m cellspec.plugins.build 2>&1 | tail -2
+    python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py 2>&1 \
+        | tee "$OUT"/gpu_tests_ops.log | tail -4
+    grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log \
+        || exit 5
+    gpu_tests
+    for round in ${ROUNDS:-1}; do
+      base_then_new steps "-$round" 6 steps --shapes "${SHAPES:-A,B}" --batches 1,8,32 \
+          --chains 16 --work "$WORK"
+    done
+    ;;
+  rotary-more)  # after `rotary` on the same machine: steps again (ROUNDS, default 2), the
+                # kernels of an A step at batch 1 and 8 (this checkout), GenAI on A and B (.peer
+                # carried; unless SKIP_GENAI), the real SmolLM2 plain and speculative (unless
+                # SKIP_REAL)
+    for round in ${ROUNDS:-2}; do
+      base_then_new steps "-$round" 6 steps --shapes "${SHAPES:-A,B}" --batches 1,8,32 \
+          --chains 16 --work "$WORK"
+    done
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes A --batches 1,8 \
+        --steps 16 --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -12 \
+        | cut -c1-160
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -8
+    [ -n "${SKIP_REAL:-}" ] || CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 \
+        --dtype float16 --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 \
+        --out "$OUT/real" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -6 | cut -c1-200
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more" >&2
     exit 2
     ;;
 esac

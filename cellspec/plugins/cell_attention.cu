@@ -27,6 +27,11 @@
 // size on the H200, and rounded a row alone otherwise than in a batch).
 // RowMatMulSwiGlu (Float16, BFloat16): x [..., K], w [2 I, K] -> SwiGlu(RowMatMul(x, w)), bit for
 // bit, in one kernel; outputs y [..., I] and scratch.
+// RowMatMulRotary (Float16, BFloat16): x [..., K], w [(H + 2 KV) D, K], cos_cache / sin_cache
+// [positions, D / 2], positions [...] int64 -> q [..., H D], k [..., KV D] (rotated), v [..., KV D],
+// scratch: CellRotaryAttention's rotation of RowMatMul(x, w), bit for bit, in the projection's
+// epilogue (one kernel where there were two); attrs num_heads, kv_num_heads. With it the
+// attention is the plain CellAttention.
 // SequentialCumSum (Float only): x [..., n] -> y [..., n], y[i] = y[i - 1] + x[i] (y[0] = x[0]),
 // one float32 add at a time in index order: the sums of ONNX CumSum on ONNX Runtime's CPU
 // provider and of numpy's cumsum, bit for bit, in time linear in n (the CUDA provider's CumSum
@@ -436,6 +441,16 @@ __global__ void combine_kernel(const float* __restrict__ partials, Dims dm, T* _
 constexpr size_t kMaxCombineBytes = 48 * 1024;
 size_t combine_bytes(const Dims& dm) { return static_cast<size_t>(dm.chunks) * 2 * sizeof(float); }
 
+// one pair (x1, x2) = (x[d], x[d + D / 2]) of a head rotated by (cos, sin) and rounded to T: each
+// product rounded to float32, then the sum (no fused multiply-add, whose use the compiler picks
+// per call site), so that rotary_split_kernel and RowMatMulRotary's epilogue agree bit for bit
+template <typename T>
+__device__ __forceinline__ void rotate_pair(float x1, float x2, float cs, float sn, T* first,
+                                            T* second) {
+  *first = from_float<T>(__fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn)));
+  *second = from_float<T>(__fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn)));
+}
+
 // qkv [rows, (H + 2 KV) * D] -> q [rows, H * D] and k [rows, KV * D] rotated by each row's
 // position (rotate-half, as opset-23 RotaryEmbedding with interleaved 0 over cos / sin caches
 // [positions, D / 2]), v [rows, KV * D] copied; float32 arithmetic, one rounding. With q_norm
@@ -480,9 +495,7 @@ __global__ void rotary_split_kernel(const T* __restrict__ qkv, const T* __restri
         x1 = to_float(from_float<T>(x1 * inv * to_float(norm[d])));
         x2 = to_float(from_float<T>(x2 * inv * to_float(norm[half + d])));
       }
-      const float cs = to_float(cos_row[d]), sn = to_float(sin_row[d]);
-      dst[d] = from_float<T>(x1 * cs - x2 * sn);
-      dst[half + d] = from_float<T>(x2 * cs + x1 * sn);
+      rotate_pair(x1, x2, to_float(cos_row[d]), to_float(sin_row[d]), dst + d, dst + half + d);
     }
   }
   for (int64_t i = threadIdx.x; i < KV * D; i += blockDim.x)
@@ -518,11 +531,19 @@ __global__ void swiglu_kernel(const T* __restrict__ x, int64_t rows, int64_t inn
 // that every load is a 16-byte vector and no shared memory is needed.) kSlices depends on K and
 // N only (row_slices), so nothing in a row's arithmetic depends on the other rows, on how many
 // there are, or on its tile: a sequence's projections round the same alone, in a batch, in a
-// verify or in a prompt. kGlu (RowMatMulSwiGlu): w holds 2 N rows, gate then up; output n sums
-// rows n and N + n, each rounded to T, then silu_times(gate, up) as swiglu_kernel computes it:
-// SwiGlu(RowMatMul) bit for bit. (Before: a warp per output on the CUDA cores, 8 conversions and
-// FMAs per weight at 8 rows: level at one row, 1.4x cuBLAS's step at 8 on the H200; cuBLAS for
-// more rows than one rounded a row otherwise than alone. bench/NOTES.md, 2026-12-02.)
+// verify or in a prompt. The epilogue (kKind):
+// - kRowPlain (RowMatMul): y [rows, N].
+// - kRowSwiGlu (RowMatMulSwiGlu): w holds 2 N rows, gate then up; output n sums rows n and N + n,
+//   each rounded to T, then silu_times(gate, up) as swiglu_kernel computes it: SwiGlu(RowMatMul)
+//   bit for bit.
+// - kRowRotary (RowMatMulRotary): w holds the H + 2 KV heads of D rows of a q, k, v projection;
+//   a tile of the q and k heads takes 4 pairs of rows (d, d + D / 2) of one head, so that lane t
+//   holds a pair's two sums: each rounded to T and rotated by rotate_pair at its row's position,
+//   into q [rows, H D] and k [rows, KV D]; the v heads' tiles are copied into v [rows, KV D]:
+//   rotary_split_kernel(RowMatMul) bit for bit.
+// (Before: a warp per output on the CUDA cores, 8 conversions and FMAs per weight at 8 rows: level
+// at one row, 1.4x cuBLAS's step at 8 on the H200; cuBLAS for more rows than one rounded a row
+// otherwise than alone. bench/NOTES.md, 2026-12-02.)
 constexpr int kRowWarps = 8;  // a block's warps: kRowWarps / kSlices tiles of outputs
 #ifndef ROW_MIN_WARPS
 #define ROW_MIN_WARPS 2048  // runs of K are cut until this many warps share the outputs
@@ -530,6 +551,18 @@ constexpr int kRowWarps = 8;  // a block's warps: kRowWarps / kSlices tiles of o
 #ifndef ROW_LOADS
 #define ROW_LOADS 4  // chunks loaded before their mma's (at one tile of rows)
 #endif
+constexpr int kRowPlain = 0, kRowSwiGlu = 1, kRowRotary = 2;
+
+// kRowRotary's epilogue: the caches [max_position, D / 2] and each row's position (clamped into
+// the caches, as rotary_split_kernel does), the heads, and the outputs
+template <typename T>
+struct RowRotary {
+  const T *cos, *sin;
+  const int64_t* positions;
+  int64_t max_position;
+  int H, KV, D;
+  T *q, *k, *v;
+};
 
 // d += a b on the tensor cores for one 16x8x16 tile, T the inputs' type (PTX's f16 or bf16)
 #define CELLSPEC_MMA_16816(PTX)                                                              \
@@ -552,19 +585,30 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
 }
 #undef CELLSPEC_MMA_16816
 
-template <typename T, bool kGlu, int kMTiles, int kSlices>
+template <typename T, int kKind, int kMTiles, int kSlices>
 __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
     const T* __restrict__ x, const T* __restrict__ w, int rows, int K, int N,
-    T* __restrict__ y) {
-  constexpr int kSets = kGlu ? 2 : 1;  // weight tiles: outputs n, or gate n and up n
+    T* __restrict__ y, RowRotary<T> rot) {
+  constexpr int kSets = kKind == kRowSwiGlu ? 2 : 1;  // weight tiles: n, or gate n and up n
   constexpr int kLoads = kMTiles == 1 ? ROW_LOADS : 2;
   constexpr int kValues = kMTiles * kSets * 4;
   __shared__ float sums[kSlices > 1 ? kRowWarps : 1][kValues][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, slice = warp % kSlices;
   const int g = lane >> 2, t = lane & 3;
-  const int n0 = (blockIdx.y * (kRowWarps / kSlices) + warp / kSlices) * 8;
+  const int tile = blockIdx.y * (kRowWarps / kSlices) + warp / kSlices;
+  const int n0 = tile * 8;
   const int r0 = blockIdx.x * 16 * kMTiles;
-  const bool has_n = n0 + g < N;
+  // the weight row lane group g loads: n0 + g, or in a rotated head's tile the pair g / 2's
+  // first (g even) or second row
+  int w_row = n0 + g;
+  bool rotated = false;
+  if (kKind == kRowRotary) {
+    const int half = rot.D / 2, per_head = half / 4;
+    rotated = tile < (rot.H + rot.KV) * per_head;
+    if (rotated)
+      w_row = (tile / per_head) * rot.D + (tile % per_head) * 4 + g / 2 + (g & 1) * half;
+  }
+  const bool has_n = w_row < N;
   const int chunks = (K + 31) / 32;
   const int begin = slice * chunks / kSlices, end = (slice + 1) * chunks / kSlices;
   float acc[kMTiles][kSets][4] = {};
@@ -578,7 +622,7 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
 #pragma unroll
       for (int set = 0; set < kSets; ++set)
         wv[u][set] = in_k && has_n ? *reinterpret_cast<const uint4*>(
-                                         w + (static_cast<int64_t>(set) * N + n0 + g) * K + k)
+                                         w + (static_cast<int64_t>(set) * N + w_row) * K + k)
                                    : zero;
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m)
@@ -619,28 +663,55 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
     if (slice > 0) return;
   }
 #pragma unroll
-  for (int m = 0; m < kMTiles; ++m)
+  for (int m = 0; m < kMTiles; ++m) {
+    // the runs added in order; accumulator i holds row g (i < 2) or g + 8, output 2 t + i % 2
+    float total[4][kSets];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float total[kSets];
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int set = 0; set < kSets; ++set) {
-        total[set] = acc[m][set][i];
+        total[i][set] = acc[m][set][i];
 #pragma unroll
         for (int run = 1; run < kSlices; ++run)
-          total[set] += sums[kSlices > 1 ? warp + run : 0][(m * kSets + set) * 4 + i][lane];
+          total[i][set] += sums[kSlices > 1 ? warp + run : 0][(m * kSets + set) * 4 + i][lane];
       }
-      // accumulator i holds row g (i < 2) or g + 8, output 2 t + i % 2
+    if (kKind == kRowRotary && rotated) {
+      const int half = rot.D / 2, per_head = half / 4;
+      const int head = tile / per_head, d = (tile % per_head) * 4 + t;
+#pragma unroll
+      for (int eight = 0; eight < 2; ++eight) {
+        const int r = r0 + 16 * m + g + 8 * eight;
+        if (r >= rows) continue;
+        int64_t position = rot.positions[r];
+        position = position < 0 ? 0 : (position >= rot.max_position ? rot.max_position - 1
+                                                                     : position);
+        const float x1 = to_float(from_float<T>(total[2 * eight][0]));
+        const float x2 = to_float(from_float<T>(total[2 * eight + 1][0]));
+        T* dst = head < rot.H ? rot.q + (static_cast<int64_t>(r) * rot.H + head) * rot.D
+                              : rot.k + (static_cast<int64_t>(r) * rot.KV + head - rot.H) * rot.D;
+        rotate_pair(x1, x2, to_float(rot.cos[position * half + d]),
+                    to_float(rot.sin[position * half + d]), dst + d, dst + half + d);
+      }
+      continue;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
       const int r = r0 + 16 * m + g + 8 * (i / 2), n = n0 + 2 * t + (i & 1);
       if (r >= rows || n >= N) continue;
-      float out = total[0];
-      if (kGlu) {
-        const float gate = to_float(from_float<T>(total[0]));
-        const float up = to_float(from_float<T>(total[kSets - 1]));
+      if (kKind == kRowRotary) {  // a v head: copied
+        const int v_width = rot.KV * rot.D, first = (rot.H + rot.KV) * rot.D;
+        rot.v[static_cast<int64_t>(r) * v_width + n - first] = from_float<T>(total[i][0]);
+        continue;
+      }
+      float out = total[i][0];
+      if (kKind == kRowSwiGlu) {
+        const float gate = to_float(from_float<T>(total[i][0]));
+        const float up = to_float(from_float<T>(total[i][kSets - 1]));
         out = silu_times(gate, up);
       }
       y[static_cast<int64_t>(r) * N + n] = from_float<T>(out);
     }
+  }
 }
 
 // whether this process's device has mma.sync m16n8k16 (compute capability 8.0 and above)
@@ -668,37 +739,37 @@ int row_slices(int K, int N) {
 
 // blocks for the same outputs and other rows run side by side (the tiles of rows are grid x),
 // so that the weights they share come from L2 after the first
-template <typename T, bool kGlu, int kMTiles>
+template <typename T, int kKind, int kMTiles>
 void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
-                      cudaStream_t stream) {
+                      const RowRotary<T>& rot, cudaStream_t stream) {
   const int slices = row_slices(K, N), per_block = kRowWarps / slices;
   const dim3 grid((rows + 16 * kMTiles - 1) / (16 * kMTiles),
                   ((N + 7) / 8 + per_block - 1) / per_block);
   const dim3 block(32 * kRowWarps);
   if (slices == 1)
-    row_matmul_kernel<T, kGlu, kMTiles, 1><<<grid, block, 0, stream>>>(x, w, rows, K, N, y);
+    row_matmul_kernel<T, kKind, kMTiles, 1><<<grid, block, 0, stream>>>(x, w, rows, K, N, y, rot);
   else if (slices == 2)
-    row_matmul_kernel<T, kGlu, kMTiles, 2><<<grid, block, 0, stream>>>(x, w, rows, K, N, y);
+    row_matmul_kernel<T, kKind, kMTiles, 2><<<grid, block, 0, stream>>>(x, w, rows, K, N, y, rot);
   else if (slices == 4)
-    row_matmul_kernel<T, kGlu, kMTiles, 4><<<grid, block, 0, stream>>>(x, w, rows, K, N, y);
+    row_matmul_kernel<T, kKind, kMTiles, 4><<<grid, block, 0, stream>>>(x, w, rows, K, N, y, rot);
   else
-    row_matmul_kernel<T, kGlu, kMTiles, 8><<<grid, block, 0, stream>>>(x, w, rows, K, N, y);
+    row_matmul_kernel<T, kKind, kMTiles, 8><<<grid, block, 0, stream>>>(x, w, rows, K, N, y, rot);
 }
 
 // row_matmul_kernel over `rows` rows of x on `stream`: 16 rows a block up to ROW_WIDE_ROWS
 // rows (a decode batch, a verify), 64 beyond (a prompt: fewer passes over the weights). The
-// same arithmetic for a row whichever.
+// same arithmetic for a row whichever. N: the sums (for kRowSwiGlu, half of w's rows).
 #ifndef ROW_WIDE_ROWS
 #define ROW_WIDE_ROWS 64
 #endif
 
-template <typename T, bool kGlu>
+template <typename T, int kKind>
 void launch_row_matmul(const T* x, const T* w, int rows, int K, int N, T* y,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, const RowRotary<T>& rot = {}) {
   if (rows <= ROW_WIDE_ROWS)
-    launch_row_tiles<T, kGlu, 1>(x, w, rows, K, N, y, stream);
+    launch_row_tiles<T, kKind, 1>(x, w, rows, K, N, y, rot, stream);
   else
-    launch_row_tiles<T, kGlu, 4>(x, w, rows, K, N, y, stream);
+    launch_row_tiles<T, kKind, 4>(x, w, rows, K, N, y, rot, stream);
 }
 
 // the outputs row_matmul_kernel takes: a grid's y (tiles of 8 outputs) stops at 65,535
@@ -1072,13 +1143,55 @@ constexpr int cuda_data_type() {
   return std::is_same<T, __half>::value ? 2 : std::is_same<T, __nv_bfloat16>::value ? 14 : 0;
 }
 
+// x [rows, K] times w [N, K] -> product [rows, N] by cuBLAS on ONNX Runtime's own handle and
+// stream, as its MatMul does them (with w transposed): where row_matmul_kernel cannot run
+OrtStatus* cublas_rows(Ort::KernelContext& ctx, const std::string& name, const void* x,
+                       const void* w, int64_t rows, int64_t K, int64_t N, void* product,
+                       int type) {
+  const GemmEx gemm = cublas_gemm_ex();
+  void* handle = nullptr;
+  if (gemm == nullptr) return error(name + ": cuBLAS (cublasGemmEx) is not loaded in this process");
+  if (OrtStatus* status = Ort::GetApi().KernelContext_GetResource(
+          ctx.GetOrtKernelContext(), kCudaResourceVersion, kCublasHandleResource, &handle))
+    return status;
+  // column-major: y^T [N, rows] = (w as [K, N])^T x^T
+  const float alpha = 1.f, beta = 0.f;
+  const int status = gemm(handle, kCublasOpT, kCublasOpN, static_cast<int>(N),
+                          static_cast<int>(rows), static_cast<int>(K), &alpha, w, type,
+                          static_cast<int>(K), x, type, static_cast<int>(K), &beta, product, type,
+                          static_cast<int>(N), kCublasCompute32F, kCublasGemmDefault);
+  if (status != 0)
+    return error(name + ": cublasGemmEx failed with status " + std::to_string(status));
+  return nullptr;
+}
+
+// x [..., K] and w [N, K] checked for a RowMatMul op: the rows, or an error
+OrtStatus* row_operands(const std::string& name, const std::vector<int64_t>& shape,
+                        const std::vector<int64_t>& w_shape, const char* w_rows, int64_t* rows) {
+  if (shape.empty() || w_shape.size() != 2 || shape.back() != w_shape[1])
+    return error(name + ": x " + shape_text(shape) + " and w " + shape_text(w_shape) +
+                 ", expected [..., K] and [" + w_rows + ", K]");
+  *rows = leading_rows(shape);
+  if (w_shape[0] > INT32_MAX || w_shape[1] > INT32_MAX || *rows > INT32_MAX)
+    return error(name + ": x " + shape_text(shape) + " and w " + shape_text(w_shape) +
+                 " have a dimension over 2**31");
+  return nullptr;
+}
+
+// whether row_matmul_kernel can take x [rows, K] and w with `outputs` outputs
+template <typename T>
+bool row_kernel_fits(const T* x, const T* w, int64_t K, int64_t outputs) {
+  return K % Vec<T>::kSize == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w) % 16 == 0 && outputs <= kRowMaxOutputs &&
+         device_has_mma();
+}
+
 // RowMatMul: x [..., K] times w [N, K] -> y [..., N] (T), float32 sums, one rounding, by
 // row_matmul_kernel, whatever the rows. Only where that kernel cannot run (K not a multiple of 8,
 // x or w not 16-byte aligned, over 524,280 outputs, a device before compute capability 8.0) by
-// cuBLAS on ONNX
-// Runtime's own handle and stream, as its MatMul does them (with w transposed), and then a row
-// may round otherwise in a batch than alone. RowMatMulSwiGlu (kGlu): w [2 I, K] ->
-// SwiGlu(RowMatMul(x, w)) [..., I]; output 1 is scratch (the product, for cuBLAS's rows).
+// cuBLAS (cublas_rows), and then a row may round otherwise in a batch than alone.
+// RowMatMulSwiGlu (kGlu): w [2 I, K] -> SwiGlu(RowMatMul(x, w)) [..., I]; output 1 is scratch
+// (the product, for cuBLAS's rows).
 template <typename T, bool kGlu>
 struct RowMatMulKernel {
   static constexpr const char* kName = kGlu ? "RowMatMulSwiGlu" : "RowMatMul";
@@ -1093,52 +1206,107 @@ struct RowMatMulKernel {
   OrtStatus* Compute(Ort::KernelContext& ctx) {
     std::vector<int64_t> shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
     const std::vector<int64_t> w_shape = ctx.GetInput(1).GetTensorTypeAndShapeInfo().GetShape();
-    if (shape.empty() || w_shape.size() != 2 || shape.back() != w_shape[1] ||
-        (kGlu && w_shape[0] % 2 != 0))
-      return error(std::string(kName) + ": x " + shape_text(shape) + " and w " +
-                   shape_text(w_shape) + ", expected [..., K] and [" + (kGlu ? "2 I" : "N") +
-                   ", K]");
+    int64_t rows = 0;
+    if (OrtStatus* status = row_operands(kName, shape, w_shape, kGlu ? "2 I" : "N", &rows))
+      return status;
+    if (kGlu && w_shape[0] % 2 != 0)
+      return error(std::string(kName) + ": w " + shape_text(w_shape) + ", expected [2 I, K]");
     const int64_t K = w_shape[1], N = w_shape[0], outputs = kGlu ? N / 2 : N;
-    const int64_t rows = leading_rows(shape);
-    if (K > INT32_MAX || N > INT32_MAX || rows > INT32_MAX)
-      return error(std::string(kName) + ": x " + shape_text(shape) + " and w " +
-                   shape_text(w_shape) + " have a dimension over 2**31");
     shape.back() = outputs;
     auto out = ctx.GetOutput(0, shape);
     const T* x = ctx.GetInput(0).GetTensorData<T>();
     const T* w = ctx.GetInput(1).GetTensorData<T>();
     auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
-    const bool aligned = K % Vec<T>::kSize == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(w) % 16 == 0;
-    const bool own = aligned && outputs <= kRowMaxOutputs && device_has_mma();
+    const bool own = row_kernel_fits(x, w, K, outputs);
     T* product = out.GetTensorMutableData<T>();
     if (kGlu)
       product = ctx.GetOutput(1, {own ? 0 : rows * N}).GetTensorMutableData<T>();
     if (rows * N == 0) return nullptr;
     if (own) {
-      launch_row_matmul<T, kGlu>(x, w, static_cast<int>(rows), static_cast<int>(K),
-                                 static_cast<int>(outputs), out.GetTensorMutableData<T>(), stream);
+      launch_row_matmul<T, kGlu ? kRowSwiGlu : kRowPlain>(
+          x, w, static_cast<int>(rows), static_cast<int>(K), static_cast<int>(outputs),
+          out.GetTensorMutableData<T>(), stream);
       return launched();
     }
-    const GemmEx gemm = cublas_gemm_ex();
-    void* handle = nullptr;
-    if (gemm == nullptr)
-      return error(std::string(kName) + ": cuBLAS (cublasGemmEx) is not loaded in this process");
-    if (OrtStatus* status = Ort::GetApi().KernelContext_GetResource(
-            ctx.GetOrtKernelContext(), kCudaResourceVersion, kCublasHandleResource, &handle))
+    if (OrtStatus* status = cublas_rows(ctx, kName, x, w, rows, K, N, product,
+                                        cuda_data_type<T>()))
       return status;
-    // column-major: y^T [N, rows] = (w as [K, N])^T x^T
-    const float alpha = 1.f, beta = 0.f;
-    const int type = cuda_data_type<T>();
-    const int status = gemm(handle, kCublasOpT, kCublasOpN, static_cast<int>(N),
-                            static_cast<int>(rows), static_cast<int>(K), &alpha, w, type,
-                            static_cast<int>(K), x, type, static_cast<int>(K), &beta, product,
-                            type, static_cast<int>(N), kCublasCompute32F, kCublasGemmDefault);
-    if (status != 0)
-      return error(std::string(kName) + ": cublasGemmEx failed with status " +
-                   std::to_string(status));
     if (!kGlu) return nullptr;
     launch_swiglu<T>(product, rows, outputs, out.GetTensorMutableData<T>(), stream);
+    return launched();
+  }
+};
+
+// RowMatMulRotary: x [..., K], w [(H + 2 KV) D, K] (a q, k, v projection), cos_cache and
+// sin_cache [positions, D / 2], positions [...] (one per row of x; int64) -> q [..., H D] and
+// k [..., KV D] rotated (rotate-half), v [..., KV D], scratch: rotary_split_kernel of
+// RowMatMul(x, w) bit for bit, in row_matmul_kernel's epilogue (kRowRotary). Attributes
+// num_heads, kv_num_heads. Where that kernel cannot run (as RowMatMul, or D not a multiple of
+// 8), cuBLAS's product goes into the scratch output and rotary_split_kernel rotates it.
+template <typename T>
+struct RowMatMulRotaryKernel {
+  static constexpr const char* kName = "RowMatMulRotary";
+  static constexpr size_t kInputs = 5, kOutputs = 4;
+  static ONNXTensorElementDataType input_type(size_t i) {
+    return i == 4 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : CudaType<T>::onnx;
+  }
+  static ONNXTensorElementDataType output_type(size_t) { return CudaType<T>::onnx; }
+
+  int64_t heads, kv_heads;
+
+  explicit RowMatMulRotaryKernel(const OrtKernelInfo* info) {
+    Ort::ConstKernelInfo attrs(info);
+    heads = attrs.GetAttribute<int64_t>("num_heads");
+    kv_heads = attrs.GetAttribute<int64_t>("kv_num_heads");
+  }
+
+  OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
+
+  OrtStatus* Compute(Ort::KernelContext& ctx) {
+    auto shape_of = [&](size_t i) { return ctx.GetInput(i).GetTensorTypeAndShapeInfo().GetShape(); };
+    std::vector<int64_t> shape = shape_of(0);
+    const std::vector<int64_t> w_shape = shape_of(1), cos = shape_of(2), sin = shape_of(3);
+    int64_t rows = 0;
+    if (OrtStatus* status = row_operands(kName, shape, w_shape, "(H + 2 KV) D", &rows))
+      return status;
+    const int64_t H = heads, KV = kv_heads, K = w_shape[1], N = w_shape[0];
+    const int64_t D = H > 0 && KV > 0 ? N / (H + 2 * KV) : 0;
+    if (D == 0 || D % 2 != 0 || N != (H + 2 * KV) * D)
+      return error(std::string(kName) + ": w " + shape_text(w_shape) + " for " +
+                   std::to_string(H) + " + 2 x " + std::to_string(KV) + " heads");
+    if (cos.size() != 2 || cos[1] != D / 2 || sin != cos || cos[0] == 0)
+      return error(std::string(kName) + ": cos_cache " + shape_text(cos) + ", sin_cache " +
+                   shape_text(sin) + ", expected [positions, " + std::to_string(D / 2) + "]");
+    const std::vector<int64_t> positions = shape_of(4);
+    if (leading_rows(positions) * (positions.empty() ? 1 : positions.back()) != rows)
+      return error(std::string(kName) + ": positions " + shape_text(positions) +
+                   ", expected one per row of x " + shape_text(shape));
+    const T* x = ctx.GetInput(0).GetTensorData<T>();
+    const T* w = ctx.GetInput(1).GetTensorData<T>();
+    const bool own = D % 8 == 0 && row_kernel_fits(x, w, K, N);
+    RowRotary<T> rot{ctx.GetInput(2).GetTensorData<T>(), ctx.GetInput(3).GetTensorData<T>(),
+                     ctx.GetInput(4).GetTensorData<int64_t>(), cos[0], static_cast<int>(H),
+                     static_cast<int>(KV), static_cast<int>(D), nullptr, nullptr, nullptr};
+    shape.back() = H * D;
+    rot.q = ctx.GetOutput(0, shape).GetTensorMutableData<T>();
+    shape.back() = KV * D;
+    rot.k = ctx.GetOutput(1, shape).GetTensorMutableData<T>();
+    rot.v = ctx.GetOutput(2, shape).GetTensorMutableData<T>();
+    T* product = ctx.GetOutput(3, {own ? 0 : rows * N}).GetTensorMutableData<T>();
+    if (rows == 0) return nullptr;
+    auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
+    if (own) {
+      launch_row_matmul<T, kRowRotary>(x, w, static_cast<int>(rows), static_cast<int>(K),
+                                       static_cast<int>(N), nullptr, stream, rot);
+      return launched();
+    }
+    if (OrtStatus* status = cublas_rows(ctx, kName, x, w, rows, K, N, product,
+                                        cuda_data_type<T>()))
+      return status;
+    const int threads = static_cast<int>(std::min<int64_t>(1024, 32 * (H + KV)));
+    rotary_split_kernel<T><<<rows, threads, 0, stream>>>(
+        product, rot.cos, rot.sin, rot.positions, cos[0], nullptr, nullptr, 0.f, H, KV, D,
+        rot.q, rot.k, rot.v);
     return launched();
   }
 };
@@ -1276,6 +1444,8 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
   static Op<RowMatMulKernel<__nv_bfloat16, false>, __nv_bfloat16> row_matmul_bfloat16;
   static Op<RowMatMulKernel<__half, true>, __half> row_matmul_swiglu_half;
   static Op<RowMatMulKernel<__nv_bfloat16, true>, __nv_bfloat16> row_matmul_swiglu_bfloat16;
+  static Op<RowMatMulRotaryKernel<__half>, __half> row_matmul_rotary_half;
+  static Op<RowMatMulRotaryKernel<__nv_bfloat16>, __nv_bfloat16> row_matmul_rotary_bfloat16;
   static Op<SequentialCumSumKernel, float> cumsum_float;
   static Op<SortDescendingKernel, float> sort_float;
   static Ort::CustomOpDomain* domain = nullptr;
@@ -1298,6 +1468,8 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
       domain->Add(&row_matmul_bfloat16);
       domain->Add(&row_matmul_swiglu_half);
       domain->Add(&row_matmul_swiglu_bfloat16);
+      domain->Add(&row_matmul_rotary_half);
+      domain->Add(&row_matmul_rotary_bfloat16);
       domain->Add(&cumsum_float);
       domain->Add(&sort_float);
     }

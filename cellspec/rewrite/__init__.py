@@ -39,11 +39,13 @@ that the new form makes dead) change, or in `sampling_for_cuda` CumSum and TopK 
   neither the batch, the cell bucket, nor (in the target, `by_position`) whether a key is new or
   a cell already. Attention in other forms is decomposed.
 - `projections_for_cuda`: each float16/bfloat16 MatMul by a weight initializer, and the tied LM
-  head's Gemm, as cellspec's `RowMatMul` (cellspec/plugins/cell_attention.cu): a single row (a
-  decode step at batch 1) on its own kernel, a warp per output, where cuBLAS took 3.7 us per
-  small GEMM on the H200 whatever its size; more rows go to cuBLAS. A MatMul's [K, N] weight is
-  read through a Transpose node to [N, K], which ONNX Runtime folds into a new initializer at
-  load. A SwiGlu of a RowMatMul's product becomes one `RowMatMulSwiGlu`.
+  head's Gemm, as cellspec's `RowMatMul` (cellspec/plugins/cell_attention.cu): on the tensor
+  cores for any number of rows, a row's rounding independent of the others, where cuBLAS took
+  3.7 us per small GEMM on the H200 whatever its size and rounded a row by its batch. A
+  MatMul's [K, N] weight is read through a Transpose node to [N, K], which ONNX Runtime folds
+  into a new initializer at load. A SwiGlu of a RowMatMul's product becomes one
+  `RowMatMulSwiGlu`, and a `CellRotaryAttention` of one `RowMatMulRotary` (the rotation in the
+  projection's epilogue) + `CellAttention`.
 - `sampling_for_cuda`: the sampler and verifier graphs' full sort and cumulative sums on
   cellspec's ops. Each float32 CumSum along the last axis becomes `SequentialCumSumFloat`: the
   same float32 sums, one add at a time in index order, in time linear in the axis where the CUDA

@@ -67,7 +67,9 @@ def projections_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = HALF
     `dtypes` as cellspec's RowMatMul of the weight's Transpose (a node on an initializer, which
     ONNX Runtime folds when it loads the graph), and each Gemm x @ w^T (transB, no C, alpha 1:
     the tied LM head) as RowMatMul of w as it is, and a SwiGlu of a RowMatMul's product (from
-    cell_attention_for_cuda) as one RowMatMulSwiGlu (the package doc); other nodes stay."""
+    cell_attention_for_cuda) as one RowMatMulSwiGlu, and a CellRotaryAttention of a RowMatMul's
+    product as RowMatMulRotary (the projection with the rotation in its epilogue) and
+    CellAttention (the package doc); other nodes stay."""
     initializers = {i.name: i for i in model.graph.initializer}
     result = onnx.ModelProto()
     result.CopyFrom(model)
@@ -96,19 +98,26 @@ def projections_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = HALF
                                       domain=CELLSPEC_DOMAIN))
         changed = True
     del result.graph.node[:]
-    result.graph.node.extend(_fuse_row_swiglu(nodes, {o.name for o in model.graph.output}))
+    outputs = {o.name for o in model.graph.output}
+    result.graph.node.extend(_fuse_row_rotary(_fuse_row_swiglu(nodes, outputs), outputs))
     if changed:
         import_domain(result, CELLSPEC_DOMAIN)
     return result
 
 
-def _fuse_row_swiglu(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
-    """SwiGlu(RowMatMul(x, w)) -> RowMatMulSwiGlu(x, w) (outputs: SwiGlu's, scratch) where
-    nothing else reads the product, at the SwiGlu's place, under the RowMatMul's name."""
+def _readers(nodes: list[onnx.NodeProto]) -> dict[str, int]:
+    """How many node inputs read each name."""
     readers: dict[str, int] = {}
     for node in nodes:
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1
+    return readers
+
+
+def _fuse_row_swiglu(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """SwiGlu(RowMatMul(x, w)) -> RowMatMulSwiGlu(x, w) (outputs: SwiGlu's, scratch) where
+    nothing else reads the product, at the SwiGlu's place, under the RowMatMul's name."""
+    readers = _readers(nodes)
     products = {n.output[0]: n for n in nodes if n.op_type.startswith(ROW_MATMUL)
                 and n.domain == CELLSPEC_DOMAIN}
     fused, gone = {}, set()
@@ -122,3 +131,39 @@ def _fuse_row_swiglu(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onn
                 [node.output[0], f"{row.name}/scratch"], name=row.name, domain=CELLSPEC_DOMAIN)
             gone.add(row.name)
     return [fused.get(n.name, n) for n in nodes if n.name not in gone]
+
+
+def _fuse_row_rotary(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """CellRotaryAttention(RowMatMul(x, w), cos, sin, cells...) -> RowMatMulRotary(x, w, cos,
+    sin, positions) (outputs: the attention's rotated q, k_new and v_new, scratch; under the
+    RowMatMul's name) and CellAttention(q, k_new, v_new, cells...) (outputs: the attention's out
+    and partials; under its name), both at the attention's place, where nothing else reads the
+    product. The rotation moves into the projection's epilogue, the same arithmetic bit for bit
+    (cellspec/plugins/cell_attention.cu), one kernel fewer per layer. Head norms
+    (CellNormRotaryAttention) need a whole head's sums, so those stay."""
+    readers = _readers(nodes)
+    products = {n.output[0]: n for n in nodes if n.op_type.startswith(ROW_MATMUL)
+                and n.op_type[len(ROW_MATMUL):] in TYPE_SUFFIX.values()
+                and n.domain == CELLSPEC_DOMAIN}
+    fused, gone = {}, set()
+    for node in nodes:
+        suffix = node.op_type[len("CellRotaryAttention"):]
+        row = products.get(node.input[0]) if node.op_type.startswith("CellRotaryAttention") \
+            and node.domain == CELLSPEC_DOMAIN else None
+        if row is None or row.op_type != ROW_MATMUL + suffix or readers[row.output[0]] != 1 \
+                or row.output[0] in outputs:
+            continue
+        attrs = node_attributes(node)
+        heads = dict(num_heads=attrs["num_heads"], kv_num_heads=attrs["kv_num_heads"])
+        q, k_new, v_new = node.output[3], node.output[1], node.output[2]
+        fused[node.name] = [
+            helper.make_node(ROW_MATMUL + "Rotary" + suffix,
+                             [*row.input, node.input[1], node.input[2], node.input[7]],
+                             [q, k_new, v_new, f"{row.name}/scratch"], name=row.name,
+                             domain=CELLSPEC_DOMAIN, **heads),
+            helper.make_node("CellAttention" + suffix, [q, k_new, v_new, *node.input[3:8]],
+                             [node.output[0], node.output[4]], name=node.name,
+                             domain=CELLSPEC_DOMAIN, **heads, scale=attrs["scale"],
+                             by_position=attrs["by_position"])]
+        gone.add(row.name)
+    return [m for n in nodes if n.name not in gone for m in fused.get(n.name, [n])]

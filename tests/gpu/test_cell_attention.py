@@ -1,7 +1,7 @@
 """cellspec's CUDA ops (cellspec/plugins/cell_attention.cu) alone: CellAttention against a numpy
 reference, and bit for bit the same token output whatever the batch, the cell bucket, and
 whether a key is new or already a cell; RowMatMul against numpy, RowMatMulSwiGlu against
-SwiGlu(RowMatMul); the sampler's sort and sums."""
+SwiGlu(RowMatMul), RowMatMulRotary against RowMatMul rotated; the sampler's sort and sums."""
 
 import numpy as np
 import pytest
@@ -306,3 +306,68 @@ def test_row_matmul_swiglu_is_swiglu_of_row_matmul(cell_library, rows):
     fused = run_node(cell_library, "RowMatMulSwiGlu", {"x": x, "w": w}, ["y", "scratch"])[0]
     assert fused.shape == (rows, 1536)
     assert np.array_equal(fused, separate)
+
+
+def rotated_like_the_kernels(product: np.ndarray, positions: np.ndarray, heads: int,
+                             kv_heads: int, head_dim: int, cos: np.ndarray, sin: np.ndarray):
+    """q, k, v of a float16 projection [..., (heads + 2 kv_heads) head_dim], q and k rotated
+    (rotate-half) at each row's position clamped into the caches, as the kernels define it: the
+    pair's values and the caches as float32, each product rounded to float32, then the sum, then
+    float16 (numpy's float32 arithmetic rounds each operation the same way)."""
+    half = head_dim // 2
+    at = np.clip(positions, 0, len(cos) - 1)
+    cs, sn = (c[at][..., None, :].astype(np.float32) for c in (cos, sin))
+    parts = np.split(product, [heads * head_dim, (heads + kv_heads) * head_dim], axis=-1)
+    out = []
+    for part, count in zip(parts[:2], (heads, kv_heads)):
+        x = part.astype(np.float32).reshape(*part.shape[:-1], count, head_dim)
+        x1, x2 = x[..., :half], x[..., half:]
+        pair = np.concatenate([x1 * cs - x2 * sn, x2 * cs + x1 * sn], axis=-1)
+        out.append(pair.astype(np.float16).reshape(part.shape))
+    return out[0], out[1], parts[2]
+
+
+@pytest.mark.parametrize("shape,heads,kv_heads,head_dim,K", [
+    ((1, 1), 9, 3, 64, 576),  # SmolLM2, one row
+    ((4, 5), 9, 3, 64, 576),
+    ((2, 40), 4, 2, 128, 512),  # 80 rows: tiles of 64 rows
+    ((3, 1), 9, 3, 64, 1000)])  # K not a multiple of 8: cuBLAS, then the rotation kernel
+def test_row_matmul_rotary_is_the_rotation_of_row_matmul(cell_library, shape, heads, kv_heads,
+                                                         head_dim, K):
+    """RowMatMulRotary: RowMatMul's product rotated, bit for bit, positions past the caches
+    clamped; and the rotary attention's own rotation (CellRotaryAttention's k_new) the same."""
+    rng = np.random.default_rng(K + heads)
+    N = (heads + 2 * kv_heads) * head_dim
+    x = rng.standard_normal((*shape, K)).astype(np.float16)
+    w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
+    positions = rng.integers(0, 1100, shape).astype(np.int64)  # some past the 1,024 cached
+    angles = np.arange(1024)[:, None] * 10000.0 ** (-np.arange(0, head_dim, 2) / head_dim)
+    cos, sin = np.cos(angles).astype(np.float16), np.sin(angles).astype(np.float16)
+    product = run_node(cell_library, "RowMatMul", {"x": x, "w": w}, ["y"])[0]
+    got = run_node(cell_library, "RowMatMulRotary",
+                   {"x": x, "w": w, "cos_cache": cos, "sin_cache": sin, "positions": positions},
+                   ["q", "k", "v", "scratch"], num_heads=heads, kv_num_heads=kv_heads)
+    want = rotated_like_the_kernels(product, positions, heads, kv_heads, head_dim, cos, sin)
+    for name, a, b in zip("qkv", got, want):
+        assert a.shape == b.shape and np.array_equal(a, b), name
+    S, Q = shape
+    cells = rng.standard_normal((CELLS, kv_heads * head_dim)).astype(np.float16)
+    mask = np.ones((S, 1, Q, 1 + Q), bool)
+    _, k_new, v_new = run_node(
+        cell_library, "CellRotaryAttention",
+        {"qkv": product, "cos_cache": cos, "sin_cache": sin, "k_pool": cells, "v_pool": cells,
+         "cell_table": np.ones((S, 1), np.int64), "attn_mask": mask, "positions": positions},
+        ["out", "k_new", "v_new", "q_rot", "partials"], num_heads=heads, kv_num_heads=kv_heads,
+        scale=head_dim ** -0.5, by_position=0)
+    assert np.array_equal(k_new, got[1]) and np.array_equal(v_new, got[2])
+
+
+def test_row_matmul_rotary_refuses_positions_not_one_per_row(cell_library):
+    x = np.zeros((2, 3, 64), np.float16)
+    w = np.zeros(((2 + 2) * 16, 64), np.float16)
+    cos = np.ones((8, 8), np.float16)
+    with pytest.raises(Exception, match="positions \\[2, 2\\], expected one per row"):
+        run_node(cell_library, "RowMatMulRotary",
+                 {"x": x, "w": w, "cos_cache": cos, "sin_cache": cos,
+                  "positions": np.zeros((2, 2), np.int64)},
+                 ["q", "k", "v", "scratch"], num_heads=2, kv_num_heads=1)

@@ -117,6 +117,48 @@ def expand(model: onnx.ModelProto) -> onnx.ModelProto:
         return [helper.make_node("Transpose", [w], [f"{n}/w"], perm=[1, 0]),
                 helper.make_node("MatMul", [x, f"{n}/w"], [out])]
 
+    def rotary(qkv, cos, sin, positions, heads, kv_heads, d, norms, outputs, n) -> list:
+        """q, k rotated (after their head norms, if any) and v of qkv, as outputs' names."""
+        out, parts = [], []
+        edges = np.cumsum([0, heads * d, kv_heads * d, kv_heads * d])
+        for k, (start, end) in enumerate(zip(edges[:-1], edges[1:])):
+            parts.append(f"{n}/part{k}")
+            out.append(helper.make_node(
+                "Slice", [qkv, const([start], f"{n}/s{k}"), const([end], f"{n}/e{k}"),
+                          const([-1], f"{n}/a{k}")], [parts[-1]]))
+        for k, (count, weight) in enumerate(zip((heads, kv_heads), norms)):
+            out += [helper.make_node("Reshape", [parts[k], const([0, 0, count, d], f"{n}/r{k}")],
+                                     [f"{n}/split{k}"]),
+                    helper.make_node("RMSNormalization", [f"{n}/split{k}", weight],
+                                     [f"{n}/normed{k}"], axis=-1, epsilon=a["epsilon"],
+                                     stash_type=1),
+                    helper.make_node("Reshape", [f"{n}/normed{k}",
+                                                 const([0, 0, count * d], f"{n}/b{k}")],
+                                     [f"{n}/joined{k}"])]
+            parts[k] = f"{n}/joined{k}"
+        return out + [
+            helper.make_node("RotaryEmbedding", [parts[0], cos, sin, positions], [outputs[0]],
+                             num_heads=heads, interleaved=0),
+            helper.make_node("RotaryEmbedding", [parts[1], cos, sin, positions], [outputs[1]],
+                             num_heads=kv_heads, interleaved=0),
+            helper.make_node("Identity", [parts[2]], [outputs[2]])]
+
+    def attention(q, k_new, v_new, k_pool, v_pool, table, mask, out, n) -> list:
+        """q's attention over [cells ; new keys and values] under mask."""
+        nodes, kv = [], []
+        for which, pool, new in (("k", k_pool, k_new), ("v", v_pool, v_new)):
+            nodes += [helper.make_node("Gather", [pool, table], [f"{n}/{which}_cells"]),
+                      helper.make_node("Concat", [f"{n}/{which}_cells", new],
+                                       [f"{n}/{which}_all"], axis=1)]
+            kv.append(f"{n}/{which}_all")
+        return nodes + [helper.make_node("Attention", [q, *kv, mask], [out],
+                                         q_num_heads=a["num_heads"],
+                                         kv_num_heads=a["kv_num_heads"], scale=a["scale"],
+                                         softmax_precision=onnx.TensorProto.FLOAT)]
+
+    # a RowMatMulRotary's head size: its CellAttention's (which reads its q) scale
+    head_dims = {node.input[0]: round(attrs(node)["scale"] ** -2) for node in model.graph.node
+                 if node.op_type.startswith("CellAttention")}
     for node in model.graph.node:
         a, n = attrs(node), node.name
         if node.op_type.startswith("SwiGlu"):
@@ -124,48 +166,23 @@ def expand(model: onnx.ModelProto) -> onnx.ModelProto:
         elif node.op_type.startswith("RowMatMulSwiGlu"):
             nodes += row_matmul(*node.input, f"{n}/product", n)
             nodes += swiglu(f"{n}/product", node.output[0], f"{n}/glu")
+        elif node.op_type.startswith("RowMatMulRotary"):
+            x, w, cos, sin, positions = node.input
+            nodes += row_matmul(x, w, f"{n}/product", n)
+            nodes += rotary(f"{n}/product", cos, sin, positions, a["num_heads"],
+                            a["kv_num_heads"], head_dims[node.output[0]], [], node.output[:3], n)
         elif node.op_type.startswith("RowMatMul"):
             nodes += row_matmul(*node.input, node.output[0], n)
         elif "RotaryAttention" in node.op_type:
-            heads, kv_heads = a["num_heads"], a["kv_num_heads"]
-            d = round(a["scale"] ** -2)
             qkv, cos, sin, k_pool, v_pool, table, mask, positions = node.input[:8]
-            edges = np.cumsum([0, heads * d, kv_heads * d, kv_heads * d])
-            parts = []
-            for k, (start, end) in enumerate(zip(edges[:-1], edges[1:])):
-                parts.append(f"{n}/part{k}")
-                nodes.append(helper.make_node(
-                    "Slice", [qkv, const([start], f"{n}/s{k}"), const([end], f"{n}/e{k}"),
-                              const([-1], f"{n}/a{k}")], [parts[-1]]))
-            if "Norm" in node.op_type:
-                for k, (count, weight) in enumerate(zip((heads, kv_heads), node.input[8:10])):
-                    nodes += [helper.make_node("Reshape", [parts[k], const([0, 0, count, d],
-                                                                           f"{n}/r{k}")],
-                                               [f"{n}/split{k}"]),
-                              helper.make_node("RMSNormalization", [f"{n}/split{k}", weight],
-                                               [f"{n}/normed{k}"], axis=-1,
-                                               epsilon=a["epsilon"], stash_type=1),
-                              helper.make_node("Reshape", [f"{n}/normed{k}",
-                                                           const([0, 0, count * d],
-                                                                 f"{n}/b{k}")],
-                                               [f"{n}/joined{k}"])]
-                    parts[k] = f"{n}/joined{k}"
             q = f"{n}/q_rotated"
-            nodes += [helper.make_node("RotaryEmbedding", [parts[0], cos, sin, positions], [q],
-                                       num_heads=heads, interleaved=0),
-                      helper.make_node("RotaryEmbedding", [parts[1], cos, sin, positions],
-                                       [node.output[1]], num_heads=kv_heads, interleaved=0),
-                      helper.make_node("Identity", [parts[2]], [node.output[2]])]
-            kv = []
-            for which, pool, new in (("k", k_pool, node.output[1]), ("v", v_pool, node.output[2])):
-                nodes += [helper.make_node("Gather", [pool, table], [f"{n}/{which}_cells"]),
-                          helper.make_node("Concat", [f"{n}/{which}_cells", new],
-                                           [f"{n}/{which}_all"], axis=1)]
-                kv.append(f"{n}/{which}_all")
-            nodes.append(helper.make_node("Attention", [q, *kv, mask], [node.output[0]],
-                                          q_num_heads=heads, kv_num_heads=kv_heads,
-                                          scale=a["scale"],
-                                          softmax_precision=onnx.TensorProto.FLOAT))
+            nodes += rotary(qkv, cos, sin, positions, a["num_heads"], a["kv_num_heads"],
+                            round(a["scale"] ** -2), node.input[8:10],
+                            [q, node.output[1], node.output[2]], n)
+            nodes += attention(q, node.output[1], node.output[2], k_pool, v_pool, table, mask,
+                               node.output[0], n)
+        elif node.op_type.startswith("CellAttention"):
+            nodes += attention(*node.input[:7], node.output[0], n)
         elif node.op_type.startswith("SequentialCumSum"):
             nodes.append(helper.make_node("CumSum", [node.input[0], const(-1, f"{n}/axis")],
                                           list(node.output)))
@@ -198,7 +215,7 @@ def llama_artifact(tmp_path_factory):
 
 
 @pytest.mark.parametrize("which,op", [("dflash_artifact", "CellNormRotaryAttentionFloat"),
-                                      ("llama_artifact", "CellRotaryAttentionFloat")])
+                                      ("llama_artifact", "CellAttentionFloat")])
 def test_the_rewritten_graph_computes_what_the_exported_one_does(request, which, op):
     """The target with its fused ops expanded back to their definitions gives the exported
     graph's logits, keys and values (on the CPU): the rewrite feeds each op the right tensors."""
@@ -210,8 +227,11 @@ def test_the_rewritten_graph_computes_what_the_exported_one_does(request, which,
     assert {n.op_type for n in rewritten.graph.node if n.op_type.startswith("Cell")} == {op}
     types = [n.op_type for n in rewritten.graph.node]
     layers = sum(n.op_type == "Attention" for n in model.graph.node)
-    assert (types.count("RowMatMulFloat"), types.count("RowMatMulSwiGluFloat")) == \
-        (sum(n.op_type in ("MatMul", "Gemm") for n in model.graph.node) - layers, layers)
+    rotary = layers if op == "CellAttentionFloat" else 0  # the qkv projection's rotation fused
+    assert (types.count("RowMatMulFloat"), types.count("RowMatMulSwiGluFloat"),
+            types.count("RowMatMulRotaryFloat")) == \
+        (sum(n.op_type in ("MatMul", "Gemm") for n in model.graph.node) - layers - rotary,
+         layers, rotary)
     assert "SwiGluFloat" not in types
     expanded = expand(rewritten)
     assert not any(n.domain == CELLSPEC_DOMAIN for n in expanded.graph.node)
@@ -308,6 +328,44 @@ def test_a_swiglu_of_a_row_matmul_becomes_one_op_unless_the_product_is_read_else
     assert all(order.index(fused.name) < order.index(r) for r in readers)
     assert nodes[products[1].name].op_type == "RowMatMulFloat"  # its product is read twice
     assert nodes[swiglus[1].name].op_type == "SwiGluFloat"
+
+
+def test_a_rotary_cell_attention_of_a_row_matmul_takes_the_rotation_into_the_projection(
+        llama_artifact, dflash_artifact):
+    """RowMatMul(x, w) -> CellRotaryAttention: RowMatMulRotary(x, w, cos, sin, positions) giving
+    the attention's rotated q, k_new and v_new, then CellAttention on them and the cells, both
+    where the attention was; not where another node reads the product, nor with head norms."""
+    model = cell_attention_for_cuda(load_graph(llama_artifact, "target"))
+    attentions = [n for n in model.graph.node if n.op_type == "CellRotaryAttentionFloat"]
+    producers = {o: n for n in model.graph.node for o in n.output}
+    projections = [producers[n.input[0]] for n in attentions]
+    assert len(attentions) > 1 and all(p.op_type == "MatMul" for p in projections)
+    model.graph.node.append(onnx.helper.make_node("Identity", [projections[1].output[0]],
+                                                  ["qkv_again"], name="reader"))
+    rewritten = projections_for_cuda(model, ALL_FLOATS)
+    nodes = {n.name: n for n in rewritten.graph.node}
+    fused, attention = nodes[projections[0].name], nodes[attentions[0].name]
+    old = attentions[0]
+    assert (fused.op_type, attention.op_type) == ("RowMatMulRotaryFloat", "CellAttentionFloat")
+    assert list(fused.input) == [projections[0].input[0], f"{projections[0].input[1]}/T",
+                                 old.input[1], old.input[2], "positions"]
+    assert list(fused.output) == [old.output[3], old.output[1], old.output[2],
+                                  f"{projections[0].name}/scratch"]
+    assert list(attention.input) == [old.output[3], old.output[1], old.output[2],
+                                     *old.input[3:8]]
+    assert list(attention.output) == [old.output[0], old.output[4]]
+    old_attrs = attrs(old)
+    assert attrs(fused) == {k: old_attrs[k] for k in ("num_heads", "kv_num_heads")}
+    assert attrs(attention) == old_attrs
+    order = [n.name for n in rewritten.graph.node]
+    assert order.index(fused.name) + 1 == order.index(attention.name)
+    # the second layer's product is read twice: its projection and rotary attention stay
+    assert nodes[projections[1].name].op_type == "RowMatMulFloat"
+    assert nodes[attentions[1].name].op_type == "CellRotaryAttentionFloat"
+    qwen3 = projections_for_cuda(cell_attention_for_cuda(load_graph(dflash_artifact, "target")),
+                                 ALL_FLOATS)
+    types = {n.op_type for n in qwen3.graph.node}
+    assert "CellNormRotaryAttentionFloat" in types and "RowMatMulRotaryFloat" not in types
 
 
 def test_a_slice_read_elsewhere_keeps_its_rotation_and_the_plain_cell_op(dflash_artifact):
@@ -528,8 +586,9 @@ def test_row_projections_come_only_with_cell_attention_and_when_asked(llama_half
     model = load_graph(llama_half, "target")
     layers = sum(n.op_type == "Attention" for n in model.graph.node)
     row = [n.op_type for n in rewritten(model, "cell", "row").graph.node]
-    assert (row.count("RowMatMulFloat16"), row.count("RowMatMulSwiGluFloat16")) == \
-        (3 * layers + 1, layers)  # qkv, o and down per layer, and the LM head
+    assert (row.count("RowMatMulFloat16"), row.count("RowMatMulSwiGluFloat16"),
+            row.count("RowMatMulRotaryFloat16"), row.count("CellAttentionFloat16")) == \
+        (2 * layers + 1, layers, layers, layers)  # o and down per layer, and the LM head
     assert "MatMul" not in row and "Gemm" not in row
     default = [n.op_type for n in rewritten(model, "cell").graph.node]
     assert not any(op.startswith("RowMatMul") for op in default)
