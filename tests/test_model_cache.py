@@ -99,12 +99,15 @@ def test_the_bundled_model_answers(tmp_path, monkeypatch):
         monkeypatch.setenv("CELLSPEC_CACHE", str(tmp_path))
     llm = LLM(max_sessions=2)
     params = SamplingParams(max_tokens=24)
-    [out] = llm.generate("What is the capital of France?", params)
+    # (the bare question's first token is a coin toss between "The" and "L": 0.08 logits apart in
+    # transformers' float32 model, tipped to "L'Étoile" by int8 activations on some CPUs)
+    question = "What is the capital of France? Answer in one sentence."
+    [out] = llm.generate(question, params)
     assert "Paris" in out.text
     assert isinstance(llm.executor, DFlashExecutor)  # speculating, with the shipped draft
     plain = LLM(max_sessions=2, speculation=False)  # the same export, no second one
     assert plain.folder == llm.folder and not isinstance(plain.executor, DFlashExecutor)
-    [same] = plain.generate("What is the capital of France?", params)
+    [same] = plain.generate(question, params)
     assert same.token_ids == out.token_ids
 
 

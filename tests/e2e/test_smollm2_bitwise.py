@@ -76,7 +76,10 @@ def test_generate_in_a_batch_equals_each_prompt_alone(smollm2_int4):
 def test_the_4bit_kernel_rounds_a_lone_row_differently():
     """The premise of ShapePolicy.lone_row_tile, on ONNX Runtime's CPU MatMulNBits (4-bit,
     accuracy level 4): a row's result depends on whether it is alone in its tile of 128 rows
-    (M = 1, 129, 257) and on nothing else."""
+    (M = 1, 129, 257) and on nothing else. Which kernel the CPU provider picks depends on the
+    CPU: on the AMD EPYC with AVX2 and no AVX-512 of the earlier sittings the lone rows
+    differed; on an AMD EPYC with AVX-512 VNNI (2026-12-02) no row count did, and the policy's
+    padding is then only a cost."""
     k, n, block = 576, 960, 32
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array(rng.integers(0, 256, (n, k // block, 16), np.uint8), "w"),
@@ -97,4 +100,4 @@ def test_the_4bit_kernel_rounds_a_lone_row_differently():
     full = session.run(None, {"x": x})[0]
     differing = [m for m in range(1, 300)
                  if not np.array_equal(session.run(None, {"x": x[:m]})[0], full[:m])]
-    assert differing == [1, 129, 257]
+    assert set(differing) <= {1, 129, 257} and differing in ([], [1, 129, 257])
