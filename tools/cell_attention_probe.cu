@@ -140,7 +140,8 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
 }
 
 int main() {
-  // A decode b1, b8, b32; A verify 8x16; B decode b1, b8; with the tile heuristic and forced
+  // A decode b1, b8, b32; A verify 8x16; B decode b1, b8 (and b1 with 2 and 1 heads a block, b2,
+  // b4); A prompts; with the tile heuristic and forced
   run<__half>(1, 1, 1024, 9, 3, 64, 0, 0, 200);
   run<__half>(1, 1, 1024, 9, 3, 64, 1, 1, 200);
   run<__half>(1, 1, 128, 9, 3, 64, 1, 1, 200);
@@ -150,6 +151,10 @@ int main() {
   run<__half>(8, 16, 1024, 9, 3, 64, 1, 1, 100);
   run<__half>(1, 1, 1024, 32, 8, 128, 0, 0, 200);
   run<__half>(8, 1, 1024, 32, 8, 128, 0, 0, 200);
+  run<__half>(1, 1, 1024, 32, 8, 128, 2, 1, 200);  // B decode b1 with 2 and 1 heads a block
+  run<__half>(1, 1, 1024, 32, 8, 128, 1, 1, 200);
+  run<__half>(2, 1, 1024, 32, 8, 128, 0, 0, 200);  // B decode b2, b4
+  run<__half>(4, 1, 1024, 32, 8, 128, 0, 0, 200);
   run<__half>(8, 256, 256, 9, 3, 64, 0, 0, 20);
   // float32, whose rows are twice as wide (the largest staging buffer at head size 128)
   run<float>(1, 1, 1024, 32, 8, 128, 0, 0, 100);

@@ -60,6 +60,8 @@
 #                                      # this checkout vs .gpu/base
 #   bash tools/gpu_run.sh rotary-more  # then: steps again, an A step's kernels, GenAI on A and
 #                                      # B, the real SmolLM2
+#   bash tools/gpu_run.sh tiles        # CellAttention's launch shape: op tests, probe, steps
+#                                      # (vs .gpu/base), kernels, real SmolLM2, GPU tests, GenAI
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -105,6 +107,22 @@ base_then_new() {  # NAME SUFFIX LINES ARGS...
         --out "$OUT/$name-$([ "$tree" = . ] && echo new || echo base)$suffix" 2>&1 \
         | grep -v "plugin EP" | tail -"$lines")
   done
+}
+# the attention kernels alone (tools/cell_attention_probe.cu), BASE's build and this checkout's in
+# turn, twice, into $OUT/probe.txt (its hashes say whether two builds agree bit for bit)
+probe_trees() {
+  local tree build round
+  for tree in .gpu/base .; do
+    nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" \
+        "$tree"/tools/cell_attention_probe.cu -o "$WORK/probe-$(basename "$tree")" || return 1
+  done
+  for round in 1 2; do
+    for build in base .; do
+      echo "== $build $round" >> "$OUT"/probe.txt
+      "$WORK/probe-$build" >> "$OUT"/probe.txt 2>&1
+    done
+  done
+  grep -v "^==" "$OUT"/probe.txt | cut -c1-150 | head -32
 }
 case "${1:-}" in
   train)
@@ -527,12 +545,15 @@ case "${1:-}" in
   rotary)  # RowMatMulRotary (the qkv projection's rotation in its epilogue): the build, the op
            # tests (stop there when they fail), the GPU tests (unless SKIP_TESTS), then steps on
            # SHAPES (A,B) at 1, 8 and 32 in chains of 16 with CellAttention, BASE's tree
-           # (.gpu/base, carried) and this checkout alternating, for each of ROUNDS (1)
+           # (.gpu/base, carried) and this checkout alternating, for each of ROUNDS (1). With
+           # PROBE=1, after the op tests: tools/cell_attention_probe.cu of both trees, in turn
+           # twice (its hashes say whether the two kernels' outputs are the same bit for bit)
     python3 -m cellspec.plugins.build 2>&1 | tail -2
     python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py 2>&1 \
         | tee "$OUT"/gpu_tests_ops.log | tail -4
     grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log \
         || exit 5
+    [ -z "${PROBE:-}" ] || probe_trees || exit 6
     gpu_tests
     for round in ${ROUNDS:-1}; do
       base_then_new steps "-$round" 6 steps --shapes "${SHAPES:-A,B}" --batches 1,8,32 \
@@ -555,8 +576,29 @@ case "${1:-}" in
         --dtype float16 --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 \
         --out "$OUT/real" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -6 | cut -c1-200
     ;;
+  tiles)  # CellAttention's launch shape: the build, the op tests (stop there when they fail),
+          # the probe of both trees, steps on A and B at 1, 8 and 32 in chains of 16 (BASE's
+          # tree and this checkout), an A and a B step's kernels at batch 1, the real SmolLM2,
+          # the CellAttention GPU tests, GenAI on A and B (.peer carried; unless SKIP_GENAI)
+    python3 -m cellspec.plugins.build 2>&1 | tail -1
+    python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py 2>&1 \
+        | tee "$OUT"/gpu_tests_ops.log | tail -2
+    grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log \
+        || exit 5
+    probe_trees || exit 6
+    base_then_new steps "" 6 steps --shapes A,B --batches 1,8,32 --chains 16 --work "$WORK"
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes A,B --batches 1 \
+        --steps 16 --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 \
+        | cut -c1-160
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 --out "$OUT/real" \
+        --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 | cut -c1-200
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+        tests/gpu/test_ort_cuda.py -k cell 2>&1 | tee "$OUT"/gpu_tests.log | tail -2
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -3
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles" >&2
     exit 2
     ;;
 esac
