@@ -148,11 +148,12 @@ class Backend(ABC):
                                   "must have the same kv heads and head dim")
         return self.make_pools(max_cells, kv_pairs(len(layers)), widths.pop(), dtype)
 
-    def shape_policy(self, manifest: Manifest) -> ShapePolicy:
-        """How steps are padded: exact shapes unless the backend replays static ones, but over
-        a multiple of 64 cells (a softmax over 55 cells and over the same 55 among 56 round
-        differently: 64 keeps a session's tokens bitwise the same alone and in a batch); with
-        4-bit weights, no row alone in a tile of 128 (see ShapePolicy.lone_row_tile)."""
+    def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
+        """How steps of the artifact in `folder` are padded: exact shapes unless the backend
+        replays static ones, but over a multiple of 64 cells (a softmax over 55 cells and over
+        the same 55 among 56 round differently: 64 keeps a session's tokens bitwise the same
+        alone and in a batch); with 4-bit weights, no row alone in a tile of 128 (see
+        ShapePolicy.lone_row_tile)."""
         return ShapePolicy(lone_row_tile=128 if manifest.target.quantization == "int4" else 0,
                            cell_multiple=64)
 

@@ -43,7 +43,7 @@ class DraftModel:
         self.cache = CellCache(manifest.max_cells)
         self.pools = backend.make_kv_pools(manifest.max_cells, manifest.draft_cache,
                                            self.block.inputs[names.k_pool(0)].dtype)
-        self.policy = backend.shape_policy(manifest)
+        self.policy = backend.shape_policy(manifest, folder)
         self.max_width = manifest.max_step_width
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from cellspec.artifact import LOGITS
+from cellspec.artifact import LOGITS, Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
 from cellspec.rewrite import NEW_COLUMNS, attention_by_position, by_position_feeds
 from cellspec.runtime.backend import Backend, Engine, Gather, Pools, TensorSpec
 from cellspec.runtime.draws import DRAWN, Draws, draw_on_host
+from cellspec.runtime.planner import ShapePolicy
 
 _ORT_TYPES = {
     "tensor(float)": np.float32,
@@ -103,6 +105,15 @@ class OrtCpuBackend(Backend):
     def load_engine(self, path: Path) -> OrtCpuEngine:
         return OrtCpuEngine(path, self.threads, self.spinning)
 
+    def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
+        """Backend.shape_policy's, without the padding of lone rows where this CPU's kernels
+        round a row alone in its tile as they do among others (lone_rows_round_apart: on an
+        AMD EPYC with AVX-512 VNNI, none did; on one with AVX2 only, all did)."""
+        policy = super().shape_policy(manifest, folder)
+        if policy.lone_row_tile and not lone_rows_round_apart(nbits_configs(manifest, folder)):
+            return ShapePolicy(lone_row_tile=0, cell_multiple=policy.cell_multiple)
+        return policy
+
     def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
                    dtype: type) -> HostPools:
         return HostPools(max_cells, pairs, width, dtype)
@@ -125,6 +136,65 @@ class OrtCpuBackend(Backend):
         if draws is not None:  # the logits are on the host already: draw here
             result[DRAWN] = draw_on_host(out[LOGITS], draws)
         return result
+
+
+def nbits_configs(manifest: Manifest, folder: Path) -> frozenset[tuple[int, ...]]:
+    """Each (K, N, bits, block_size, accuracy_level, zero points or not) of a MatMulNBits node
+    in the artifact's target and draft graphs."""
+    graphs = [manifest.target.graph]
+    if manifest.draft is not None:
+        graphs += [manifest.draft.context_graph, manifest.draft.block_graph]
+    configs = set()
+    for graph in graphs:
+        model = onnx.load(str(folder / graph), load_external_data=False)
+        for node in model.graph.node:
+            if node.op_type == "MatMulNBits":
+                attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+                configs.add((*(int(attrs.get(name, 0)) for name in
+                                   ("K", "N", "bits", "block_size", "accuracy_level")),
+                             int(len(node.input) > 3 and node.input[3] != "")))
+    return frozenset(configs)
+
+
+LONE_TILE = 128  # ONNX Runtime's CPU MatMulNBits works in tiles of 128 rows
+
+
+@cache
+def lone_rows_round_apart(configs: frozenset[tuple[int, ...]]) -> bool:
+    """Whether ONNX Runtime's CPU MatMulNBits, on this CPU, rounds a row alone in its tile of
+    128 rows (M = 1, 129) otherwise than the same row among others (M = 2, 130), for any of
+    `configs` (nbits_configs'): random weights and rows, each set of configs once per process
+    (N capped at 4,096 columns: a row's rounding is its columns' K sums)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    for k, n, bits, block, level, zero_points in sorted(configs):
+        n = min(n, 4096)
+        blocks = -(-k // block)
+        weights = [rng.integers(0, 256, (n, blocks, block * bits // 8), np.uint8),
+                   (rng.random(n * blocks, np.float32) * 0.02).astype(np.float32)]
+        if zero_points:  # bits-wide codes packed along each column's blocks
+            weights.append(rng.integers(0, 256, n * -(-blocks * bits // 8), np.uint8))
+        names = ["w", "s", "z"][:len(weights)]
+        node = helper.make_node("MatMulNBits", ["x", *names], ["y"], domain="com.microsoft",
+                                K=k, N=n, bits=bits, block_size=block, accuracy_level=level)
+        graph = helper.make_graph(
+            [node], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", k])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", n])],
+            [numpy_helper.from_array(w, name) for w, name in zip(weights, names)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                        helper.make_opsetid("com.microsoft", 1)])
+        options = ort.SessionOptions()
+        options.log_severity_level = QUIET
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        x = rng.standard_normal((LONE_TILE + 2, k)).astype(np.float32)
+        for lone in (1, LONE_TILE + 1):
+            alone, among = (session.run(None, {"x": x[:m]})[0] for m in (lone, lone + 1))
+            if not np.array_equal(alone, among[:lone]):
+                return True
+    return False
 
 
 def _by_position(path: Path) -> bytes | None:

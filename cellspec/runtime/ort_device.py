@@ -91,7 +91,7 @@ class OrtDeviceBackend(Backend):
         self.history: Buffer | None = None  # a chain's drawn tokens, [steps, rows] int64
         self.history_host: np.ndarray | None = None  # the same, page-locked on the host
 
-    def shape_policy(self, manifest: Manifest) -> ShapePolicy:
+    def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
         return self.policy
 
     def load_engine(self, path: Path) -> DeviceEngine:

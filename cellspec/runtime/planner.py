@@ -89,8 +89,9 @@ class ShapePolicy:
     min_cells: int = 64
     max_cells: int = 0  # the largest cell bucket (the context bound); 0 = exact shapes only
     # T > 0: no piece of T * k + 1 tokens; it gets a padding row. ONNX Runtime's CPU kernel
-    # for 4-bit MatMulNBits (accuracy level 4) works in tiles of 128 rows and rounds a row
-    # alone in its tile (M = 1, 129, 257, ...) differently from the same row among others
+    # for 4-bit MatMulNBits (accuracy level 4) works in tiles of 128 rows and, on some CPUs
+    # (ort_cpu.lone_rows_round_apart), rounds a row alone in its tile (M = 1, 129, 257, ...)
+    # differently from the same row among others
     lone_row_tile: int = 0
     cell_multiple: int = 0  # > 0: exact shapes attend over a multiple of this many cells
 

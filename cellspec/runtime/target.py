@@ -67,7 +67,7 @@ class TargetModel:
             self.taps = backend.make_pools(manifest.max_cells, [(TAPS_POOL, names.TAPS)], width,
                                            dtype)
         self.run_pools = [self.pools] + ([self.taps] if self.taps else [])  # a step binds both
-        self.policy = backend.shape_policy(manifest)
+        self.policy = backend.shape_policy(manifest, folder)
         self.max_width = manifest.max_step_width
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
 

@@ -1,7 +1,8 @@
 """The bundled SmolLM2 on ort-cpu, float32 and int4: every session's logits are bitwise the same
 alone and in a batch of sessions of very different lengths (prompts of 1 to 140 tokens, then
 decode steps). Two shape rules make this hold (ShapePolicy): steps attend over a multiple of 64
-cells, and with 4-bit weights no row is alone in a tile of 128 rows. A third, the scheduler's:
+cells, and with 4-bit weights no row is alone in a tile of 128 rows where this CPU's kernel
+rounds such a row apart (probed at load). A third, the scheduler's:
 a prompt's prefill chunks are cut on a grid from its start, not where a batch's budget ends."""
 
 import numpy as np
@@ -9,9 +10,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from cellspec.artifact import Manifest
 from cellspec.export import ExportConfig, export
 from cellspec.llm import LLM, SamplingParams
 from cellspec.runtime.executor import Executor
+from cellspec.runtime.ort_cpu import OrtCpuBackend, lone_rows_round_apart, nbits_configs
 from tools.dflash_train.prompts import held_out_texts
 
 LENGTHS = [5, 140, 57, 1, 64]
@@ -101,3 +104,18 @@ def test_the_4bit_kernel_rounds_a_lone_row_differently():
     differing = [m for m in range(1, 300)
                  if not np.array_equal(session.run(None, {"x": x[:m]})[0], full[:m])]
     assert set(differing) <= {1, 129, 257} and differing in ([], [1, 129, 257])
+    # what ort-cpu's shape policy probes at load (lone_rows_round_apart) finds the same
+    assert lone_rows_round_apart(frozenset({(k, n, 4, block, 4, 1)})) == bool(differing)
+
+
+def test_ort_cpu_pads_lone_rows_only_where_this_cpu_rounds_them_apart(smollm2_int4):
+    """The int4 artifact's policy: a padding row for every lone row where the CPU's kernels for
+    its MatMulNBits configs (4-bit projections, 8-bit head) round it apart, none elsewhere (the
+    bitwise tests above then hold either way); float32 artifacts never pad."""
+    manifest = Manifest.load(smollm2_int4)
+    configs = nbits_configs(manifest, smollm2_int4)
+    assert {(c[2], c[3], c[4]) for c in configs} == {(4, 32, 4), (8, 32, 4)}
+    assert (576, 49152, 8, 32, 4, 0) in configs
+    policy = OrtCpuBackend().shape_policy(manifest, smollm2_int4)
+    assert policy.lone_row_tile == (128 if lone_rows_round_apart(configs) else 0)
+    assert policy.cell_multiple == 64
