@@ -110,7 +110,8 @@ class OrtCpuBackend(Backend):
         round a row alone in its tile as they do among others (lone_rows_round_apart: on an
         AMD EPYC with AVX-512 VNNI, none did; on one with AVX2 only, all did)."""
         policy = super().shape_policy(manifest, folder)
-        if policy.lone_row_tile and not lone_rows_round_apart(nbits_configs(manifest, folder)):
+        if policy.lone_row_tile and not lone_rows_round_apart(nbits_configs(manifest, folder),
+                                                              self.threads or os.cpu_count() or 1):
             return ShapePolicy(lone_row_tile=0, cell_multiple=policy.cell_multiple)
         return policy
 
@@ -160,11 +161,12 @@ LONE_TILE = 128  # ONNX Runtime's CPU MatMulNBits works in tiles of 128 rows
 
 
 @cache
-def lone_rows_round_apart(configs: frozenset[tuple[int, ...]]) -> bool:
-    """Whether ONNX Runtime's CPU MatMulNBits, on this CPU, rounds a row alone in its tile of
-    128 rows (M = 1, 129) otherwise than the same row among others (M = 2, 130), for any of
-    `configs` (nbits_configs'): random weights and rows, each set of configs once per process
-    (N capped at 4,096 columns: a row's rounding is its columns' K sums)."""
+def lone_rows_round_apart(configs: frozenset[tuple[int, ...]], threads: int) -> bool:
+    """Whether ONNX Runtime's CPU MatMulNBits, on this CPU and with `threads` threads (the
+    engines'), rounds a row alone in its tile of 128 rows (M = 1, 129) otherwise than the same
+    row among others (M = 2, 130), for any of `configs` (nbits_configs'): random weights and
+    rows, each set once per process (N capped at 4,096 columns: a row's rounding is its
+    columns' K sums)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -187,6 +189,7 @@ def lone_rows_round_apart(configs: frozenset[tuple[int, ...]]) -> bool:
                                                         helper.make_opsetid("com.microsoft", 1)])
         options = ort.SessionOptions()
         options.log_severity_level = QUIET
+        options.intra_op_num_threads = threads
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         x = rng.standard_normal((LONE_TILE + 2, k)).astype(np.float32)
