@@ -8,6 +8,9 @@ gives every prompt the same greedy tokens alone and in the batch.
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +26,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="best of N interleaved rounds")
     return parser.parse_args()
+
+
+def child_run(script: str, args: argparse.Namespace, batch: int, setting: int):
+    """`script` run as a fresh process on `args.artifact` with `--one BATCH SETTING` and the
+    same --steps, --prompt and --threads: what its last line printed, as JSON (the child
+    runs of bench_spinning.py and bench_lone_rows.py)."""
+    out = subprocess.run([sys.executable, script, str(args.artifact), "--one", str(batch),
+                          str(setting), "--steps", str(args.steps), "--prompt",
+                          str(args.prompt), "--threads", str(args.threads)], check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def decode(executor, prompts: np.ndarray, steps: int) -> tuple[float, list[list[int]]]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +54,8 @@ def one_run(args: argparse.Namespace, batch: int, pad: bool) -> dict:
 
 
 def main() -> None:
+    from bench_artifacts import child_run  # this folder: sys.path[0] when run as a script
+
     args = parse_args()
     if args.one:
         print(json.dumps(one_run(args, args.one[0], bool(args.one[1]))))
@@ -67,12 +67,7 @@ def main() -> None:
         for _ in range(args.rounds):
             run = {}
             for pad in (1, 0):
-                out = subprocess.run([sys.executable, __file__, str(args.artifact), "--one",
-                                      str(batch), str(pad), "--steps", str(args.steps),
-                                      "--prompt", str(args.prompt), "--threads",
-                                      str(args.threads)], check=True, capture_output=True,
-                                     text=True)
-                run[pad] = json.loads(out.stdout.strip().splitlines()[-1])
+                run[pad] = child_run(__file__, args, batch, pad)
             ratios.append(run[0]["step"] / run[1]["step"])
             print(f"batch {batch}: padded {1e3 * run[1]['step']:.2f} ms, ort-cpu's policy "
                   f"(lone_row_tile {run[0]['lone_row_tile']}) {1e3 * run[0]['step']:.2f} ms a "

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +44,8 @@ def one_run(args: argparse.Namespace, batch: int, spinning: bool) -> float:
 
 
 def main() -> None:
+    from bench_artifacts import child_run  # this folder: sys.path[0] when run as a script
+
     args = parse_args()
     if args.one:
         print(json.dumps(one_run(args, args.one[0], bool(args.one[1]))))
@@ -57,12 +57,7 @@ def main() -> None:
         for _ in range(args.rounds):
             step = {}
             for spinning in (0, 1):
-                out = subprocess.run([sys.executable, __file__, str(args.artifact), "--one",
-                                      str(batch), str(spinning), "--steps", str(args.steps),
-                                      "--prompt", str(args.prompt), "--threads",
-                                      str(args.threads)], check=True, capture_output=True,
-                                     text=True)
-                step[spinning] = json.loads(out.stdout.strip().splitlines()[-1])
+                step[spinning] = child_run(__file__, args, batch, spinning)
             ratios.append(step[1] / step[0])
             print(f"batch {batch}: sleeping {1e3 * step[0]:.2f} ms, spinning "
                   f"{1e3 * step[1]:.2f} ms a step: x {ratios[-1]:.3f}", flush=True)

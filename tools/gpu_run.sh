@@ -108,6 +108,14 @@ base_then_new() {  # NAME SUFFIX LINES ARGS...
         | grep -v "plugin EP" | tail -"$lines")
   done
 }
+# the plugin built, then its op tests (tests/gpu/test_cell_attention.py, the log to
+# $OUT/gpu_tests_ops.log): fails unless they passed; the last BUILD_LINES and TEST_LINES shown
+build_and_op_tests() {  # BUILD_LINES TEST_LINES
+  python3 -m cellspec.plugins.build 2>&1 | tail -"$1"
+  python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py 2>&1 \
+      | tee "$OUT"/gpu_tests_ops.log | tail -"$2"
+  grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log
+}
 # the attention kernels alone (tools/cell_attention_probe.cu), BASE's build and this checkout's in
 # turn, twice, into $OUT/probe.txt (its hashes say whether two builds agree bit for bit)
 probe_trees() {
@@ -269,11 +277,7 @@ case "${1:-}" in
     ;;
   fused)  # CellAttention v2 (tiles of rows and heads, rotary and SwiGlu fused): build, the
           # op tests (stop there when they fail), the GPU tests, steps on A and B in both modes
-    python3 -m cellspec.plugins.build 2>&1 | tail -5
-    python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py 2>&1 \
-        | tee "$OUT"/gpu_tests_ops.log | tail -15
-    grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log \
-        || exit 5
+    build_and_op_tests 5 15 || exit 5
     CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu \
         ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$OUT"/gpu_tests.log | tail -8
     steps_by_mode
@@ -548,11 +552,7 @@ case "${1:-}" in
            # (.gpu/base, carried) and this checkout alternating, for each of ROUNDS (1). With
            # PROBE=1, after the op tests: tools/cell_attention_probe.cu of both trees, in turn
            # twice (its hashes say whether the two kernels' outputs are the same bit for bit)
-    python3 -m cellspec.plugins.build 2>&1 | tail -2
-    python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py 2>&1 \
-        | tee "$OUT"/gpu_tests_ops.log | tail -4
-    grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log \
-        || exit 5
+    build_and_op_tests 2 4 || exit 5
     [ -z "${PROBE:-}" ] || probe_trees || exit 6
     gpu_tests
     for round in ${ROUNDS:-1}; do
@@ -580,11 +580,7 @@ case "${1:-}" in
           # the probe of both trees, steps on A and B at 1, 8 and 32 in chains of 16 (BASE's
           # tree and this checkout), an A and a B step's kernels at batch 1, the real SmolLM2,
           # the CellAttention GPU tests, GenAI on A and B (.peer carried; unless SKIP_GENAI)
-    python3 -m cellspec.plugins.build 2>&1 | tail -1
-    python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py 2>&1 \
-        | tee "$OUT"/gpu_tests_ops.log | tail -2
-    grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log \
-        || exit 5
+    build_and_op_tests 1 2 || exit 5
     probe_trees || exit 6
     base_then_new steps "" 6 steps --shapes A,B --batches 1,8,32 --chains 16 --work "$WORK"
     CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes A,B --batches 1 \

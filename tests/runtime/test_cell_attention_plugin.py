@@ -308,15 +308,22 @@ def test_projections_become_row_matmuls_of_transposed_weights(llama_artifact):
     assert (CELLSPEC_DOMAIN, 1) in {(o.domain, o.version) for o in rewritten.opset_import}
 
 
-def test_a_swiglu_of_a_row_matmul_becomes_one_op_unless_the_product_is_read_elsewhere(
-        llama_artifact):
+def product_read_twice(llama_artifact, op: str):
+    """The llama target after cell_attention_for_cuda, its nodes of type `op` (at least two)
+    and the MatMuls whose products they read; the second product also read by an Identity."""
     model = cell_attention_for_cuda(load_graph(llama_artifact, "target"))
-    swiglus = [n for n in model.graph.node if n.op_type == "SwiGluFloat"]
+    readers = [n for n in model.graph.node if n.op_type == op]
     producers = {o: n for n in model.graph.node for o in n.output}
-    products = [producers[n.input[0]] for n in swiglus]
-    assert len(swiglus) > 1 and all(p.op_type == "MatMul" for p in products)
+    products = [producers[n.input[0]] for n in readers]
+    assert len(readers) > 1 and all(p.op_type == "MatMul" for p in products)
     model.graph.node.append(onnx.helper.make_node("Identity", [products[1].output[0]],
                                                   ["product_again"], name="reader"))
+    return model, readers, products
+
+
+def test_a_swiglu_of_a_row_matmul_becomes_one_op_unless_the_product_is_read_elsewhere(
+        llama_artifact):
+    model, swiglus, products = product_read_twice(llama_artifact, "SwiGluFloat")
     rewritten = projections_for_cuda(model, ALL_FLOATS)
     nodes = {n.name: n for n in rewritten.graph.node}
     fused = nodes[products[0].name]
@@ -335,13 +342,8 @@ def test_a_rotary_cell_attention_of_a_row_matmul_takes_the_rotation_into_the_pro
     """RowMatMul(x, w) -> CellRotaryAttention: RowMatMulRotary(x, w, cos, sin, positions) giving
     the attention's rotated q, k_new and v_new, then CellAttention on them and the cells, both
     where the attention was; not where another node reads the product, nor with head norms."""
-    model = cell_attention_for_cuda(load_graph(llama_artifact, "target"))
-    attentions = [n for n in model.graph.node if n.op_type == "CellRotaryAttentionFloat"]
-    producers = {o: n for n in model.graph.node for o in n.output}
-    projections = [producers[n.input[0]] for n in attentions]
-    assert len(attentions) > 1 and all(p.op_type == "MatMul" for p in projections)
-    model.graph.node.append(onnx.helper.make_node("Identity", [projections[1].output[0]],
-                                                  ["qkv_again"], name="reader"))
+    model, attentions, projections = product_read_twice(llama_artifact,
+                                                        "CellRotaryAttentionFloat")
     rewritten = projections_for_cuda(model, ALL_FLOATS)
     nodes = {n.name: n for n in rewritten.graph.node}
     fused, attention = nodes[projections[0].name], nodes[attentions[0].name]
