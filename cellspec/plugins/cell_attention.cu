@@ -782,6 +782,19 @@ void launch_swiglu(const T* x, int64_t rows, int64_t inner, T* out, cudaStream_t
   swiglu_kernel<T><<<blocks, 256, 0, stream>>>(x, rows, inner, out);
 }
 
+// qkv [rows, (H + 2 KV) D] -> q, k (rotated; head norms first where q_norm and k_norm are given)
+// and v by rotary_split_kernel, a warp per head (up to 32 of them), on `stream`
+template <typename T>
+void launch_rotary_split(const T* qkv, const T* cos_cache, const T* sin_cache,
+                         const int64_t* positions, int64_t max_position, const T* q_norm,
+                         const T* k_norm, float epsilon, int64_t rows, int64_t H, int64_t KV,
+                         int64_t D, T* q, T* k, T* v, cudaStream_t stream) {
+  const int threads = static_cast<int>(std::min<int64_t>(1024, 32 * (H + KV)));
+  rotary_split_kernel<T><<<rows, threads, 0, stream>>>(qkv, cos_cache, sin_cache, positions,
+                                                       max_position, q_norm, k_norm, epsilon,
+                                                       H, KV, D, q, k, v);
+}
+
 // a row of SequentialCumSum per block: warps 1.. stage the next tile of x in shared memory while
 // thread 0 sums this one, kScanBatch values per round of loads, into an output tile that every
 // thread then writes out. The sum starts at -0, which adds to any x exactly as x (so y[0] = x[0],
@@ -943,6 +956,15 @@ void tile(Dims& dm) {
   dm.row_tiles = (dm.Q + rows - 1) / rows;
 }
 
+// null, or op `name`'s error for cos_cache and sin_cache not both [positions, D / 2] with at least
+// one position (the rotation clamps a position into the caches)
+OrtStatus* check_rotary_caches(const std::string& name, const std::vector<int64_t>& cos,
+                               const std::vector<int64_t>& sin, int64_t D) {
+  if (cos.size() == 2 && cos[1] == D / 2 && sin == cos && cos[0] > 0) return nullptr;
+  return error(name + ": cos_cache " + shape_text(cos) + ", sin_cache " + shape_text(sin) +
+               ", expected [positions, " + std::to_string(D / 2) + "]");
+}
+
 // attention of q [S, Q, H * D] over the cells and the new keys (inputs 3..7 of both ops)
 template <typename T>
 OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, const T* q,
@@ -1055,9 +1077,7 @@ struct RotaryAttentionKernel : AttentionKernel<T> {
     if (qkv.size() != 3 || D == 0 || D % 2 != 0 || qkv[2] != (H + 2 * KV) * D)
       return error(std::string(kName) + ": qkv " + shape_text(qkv) + " for " +
                    std::to_string(H) + " + 2 x " + std::to_string(KV) + " heads");
-    if (cos.size() != 2 || cos[1] != D / 2 || sin != cos)
-      return error(std::string(kName) + ": cos_cache " + shape_text(cos) + ", sin_cache " +
-                   shape_text(sin) + ", expected [positions, " + std::to_string(D / 2) + "]");
+    if (OrtStatus* status = check_rotary_caches(kName, cos, sin, D)) return status;
     const T* norms[2] = {nullptr, nullptr};
     if (kNorm) {
       for (size_t i = 0; i < 2; ++i) {
@@ -1072,14 +1092,12 @@ struct RotaryAttentionKernel : AttentionKernel<T> {
     auto v_new = ctx.GetOutput(2, {S, Q, KV * D});
     auto q = ctx.GetOutput(3, {S, Q, H * D});
     if (S * Q > 0) {
-      auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
-      // a warp per head, up to 32 of them
-      const int threads = static_cast<int>(std::min<int64_t>(1024, 32 * (H + KV)));
-      rotary_split_kernel<T><<<S * Q, threads, 0, stream>>>(
+      launch_rotary_split<T>(
           ctx.GetInput(0).GetTensorData<T>(), ctx.GetInput(1).GetTensorData<T>(),
           ctx.GetInput(2).GetTensorData<T>(), ctx.GetInput(7).GetTensorData<int64_t>(), cos[0],
-          norms[0], norms[1], epsilon, H, KV, D, q.GetTensorMutableData<T>(),
-          k_new.GetTensorMutableData<T>(), v_new.GetTensorMutableData<T>());
+          norms[0], norms[1], epsilon, S * Q, H, KV, D, q.GetTensorMutableData<T>(),
+          k_new.GetTensorMutableData<T>(), v_new.GetTensorMutableData<T>(),
+          static_cast<cudaStream_t>(ctx.GetGPUComputeStream()));
       if (OrtStatus* status = launched()) return status;
     }
     return attend<T>(ctx, {S, Q, H * D}, q.GetTensorData<T>(), k_new.GetTensorData<T>(),
@@ -1274,9 +1292,7 @@ struct RowMatMulRotaryKernel {
     if (D == 0 || D % 2 != 0 || N != (H + 2 * KV) * D)
       return error(std::string(kName) + ": w " + shape_text(w_shape) + " for " +
                    std::to_string(H) + " + 2 x " + std::to_string(KV) + " heads");
-    if (cos.size() != 2 || cos[1] != D / 2 || sin != cos || cos[0] == 0)
-      return error(std::string(kName) + ": cos_cache " + shape_text(cos) + ", sin_cache " +
-                   shape_text(sin) + ", expected [positions, " + std::to_string(D / 2) + "]");
+    if (OrtStatus* status = check_rotary_caches(kName, cos, sin, D)) return status;
     const std::vector<int64_t> positions = shape_of(4);
     if (leading_rows(positions) * (positions.empty() ? 1 : positions.back()) != rows)
       return error(std::string(kName) + ": positions " + shape_text(positions) +
@@ -1303,10 +1319,8 @@ struct RowMatMulRotaryKernel {
     if (OrtStatus* status = cublas_rows(ctx, kName, x, w, rows, K, N, product,
                                         cuda_data_type<T>()))
       return status;
-    const int threads = static_cast<int>(std::min<int64_t>(1024, 32 * (H + KV)));
-    rotary_split_kernel<T><<<rows, threads, 0, stream>>>(
-        product, rot.cos, rot.sin, rot.positions, cos[0], nullptr, nullptr, 0.f, H, KV, D,
-        rot.q, rot.k, rot.v);
+    launch_rotary_split<T>(product, rot.cos, rot.sin, rot.positions, cos[0], nullptr, nullptr,
+                           0.f, rows, H, KV, D, rot.q, rot.k, rot.v, stream);
     return launched();
   }
 };

@@ -105,26 +105,27 @@ def projections_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = HALF
     return result
 
 
-def _readers(nodes: list[onnx.NodeProto]) -> dict[str, int]:
-    """How many node inputs read each name."""
+def _sole_products(nodes: list[onnx.NodeProto], outputs: set[str]) -> dict[str, onnx.NodeProto]:
+    """The plain RowMatMul* nodes by their product's name, where one node input reads that
+    product and it is no graph output: what a fusion may take into its reader."""
     readers: dict[str, int] = {}
     for node in nodes:
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1
-    return readers
+    return {n.output[0]: n for n in nodes if n.domain == CELLSPEC_DOMAIN
+            and n.op_type.startswith(ROW_MATMUL)
+            and n.op_type[len(ROW_MATMUL):] in TYPE_SUFFIX.values()
+            and readers.get(n.output[0], 0) == 1 and n.output[0] not in outputs}
 
 
 def _fuse_row_swiglu(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
     """SwiGlu(RowMatMul(x, w)) -> RowMatMulSwiGlu(x, w) (outputs: SwiGlu's, scratch) where
     nothing else reads the product, at the SwiGlu's place, under the RowMatMul's name."""
-    readers = _readers(nodes)
-    products = {n.output[0]: n for n in nodes if n.op_type.startswith(ROW_MATMUL)
-                and n.domain == CELLSPEC_DOMAIN}
+    products = _sole_products(nodes, outputs)
     fused, gone = {}, set()
     for node in nodes:
         row = products.get(node.input[0]) if node.input else None
         if node.op_type.startswith("SwiGlu") and node.domain == CELLSPEC_DOMAIN and row \
-                and readers[row.output[0]] == 1 and row.output[0] not in outputs \
                 and node.op_type[len("SwiGlu"):] == row.op_type[len(ROW_MATMUL):]:
             fused[node.name] = helper.make_node(
                 row.op_type.replace(ROW_MATMUL, ROW_MATMUL + "SwiGlu"), list(row.input),
@@ -141,17 +142,13 @@ def _fuse_row_rotary(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onn
     product. The rotation moves into the projection's epilogue, the same arithmetic bit for bit
     (cellspec/plugins/cell_attention.cu), one kernel fewer per layer. Head norms
     (CellNormRotaryAttention) need a whole head's sums, so those stay."""
-    readers = _readers(nodes)
-    products = {n.output[0]: n for n in nodes if n.op_type.startswith(ROW_MATMUL)
-                and n.op_type[len(ROW_MATMUL):] in TYPE_SUFFIX.values()
-                and n.domain == CELLSPEC_DOMAIN}
+    products = _sole_products(nodes, outputs)
     fused, gone = {}, set()
     for node in nodes:
         suffix = node.op_type[len("CellRotaryAttention"):]
         row = products.get(node.input[0]) if node.op_type.startswith("CellRotaryAttention") \
             and node.domain == CELLSPEC_DOMAIN else None
-        if row is None or row.op_type != ROW_MATMUL + suffix or readers[row.output[0]] != 1 \
-                or row.output[0] in outputs:
+        if row is None or row.op_type != ROW_MATMUL + suffix:
             continue
         attrs = node_attributes(node)
         heads = dict(num_heads=attrs["num_heads"], kv_num_heads=attrs["kv_num_heads"])
