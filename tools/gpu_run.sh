@@ -62,6 +62,9 @@
 #                                      # B, the real SmolLM2
 #   bash tools/gpu_run.sh tiles        # CellAttention's launch shape: op tests, probe, steps
 #                                      # (vs .gpu/base), kernels, real SmolLM2, GPU tests, GenAI
+#   bash tools/gpu_run.sh values       # CellAttention's weighted sum from registers: op tests,
+#                                      # probe, steps on A and B (vs .gpu/base)
+#   bash tools/gpu_run.sh values-more  # then: kernels, the real SmolLM2, GPU tests, GenAI
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -117,20 +120,29 @@ build_and_op_tests() {  # BUILD_LINES TEST_LINES
   grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log
 }
 # the attention kernels alone (tools/cell_attention_probe.cu), BASE's build and this checkout's in
-# turn, twice, into $OUT/probe.txt (its hashes say whether two builds agree bit for bit)
+# turn, twice, into $OUT/probe.txt (its hashes say whether two builds agree bit for bit); each
+# NAME=VALUE[,NAME=VALUE...] of PROBE_DEFINES also builds this checkout with those -D flags,
+# probed in turn as well
 probe_trees() {
-  local tree build round
-  for tree in .gpu/base .; do
+  local tree build round define builds="base ." failed=0
+  for tree in .gpu/base .; do  # the builds side by side
     nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" \
-        "$tree"/tools/cell_attention_probe.cu -o "$WORK/probe-$(basename "$tree")" || return 1
+        "$tree"/tools/cell_attention_probe.cu -o "$WORK/probe-$(basename "$tree")" &
   done
+  for define in ${PROBE_DEFINES:-}; do
+    nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" $(sed 's/^/-D/; s/,/ -D/g' \
+        <<< "$define") tools/cell_attention_probe.cu -o "$WORK/probe-${define//[=,]/_}" &
+    builds="$builds $define"
+  done
+  while [ "$(jobs -pr | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+  [ "$failed" = 0 ] || return 1
   for round in 1 2; do
-    for build in base .; do
+    for build in $builds; do
       echo "== $build $round" >> "$OUT"/probe.txt
-      "$WORK/probe-$build" >> "$OUT"/probe.txt 2>&1
+      "$WORK/probe-${build//[=,]/_}" >> "$OUT"/probe.txt 2>&1
     done
   done
-  grep -v "^==" "$OUT"/probe.txt | cut -c1-150 | head -32
+  grep -v "^==" "$OUT"/probe.txt | cut -c1-150 | head -48
 }
 case "${1:-}" in
   train)
@@ -593,8 +605,30 @@ case "${1:-}" in
         tests/gpu/test_ort_cuda.py -k cell 2>&1 | tee "$OUT"/gpu_tests.log | tail -2
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -3
     ;;
+  values)  # CellAttention's weighted sum from registers: the build, the op tests (stop there
+           # when they fail), the probe of both trees (and PROBE_DEFINES' builds), steps on A and
+           # B at 1, 8 and 32 in chains of 16 (BASE's tree and this checkout), ROUNDS (1) times
+    build_and_op_tests 1 2 || exit 5
+    probe_trees || exit 6
+    for round in ${ROUNDS:-1}; do
+      base_then_new steps "-$round" 6 steps --shapes A,B --batches 1,8,32 --chains 16 \
+          --work "$WORK"
+    done
+    ;;
+  values-more)  # after `values` on the same machine: an A and a B step's kernels at batch 1,
+                # the real SmolLM2 plain and speculative, the GPU tests (unless SKIP_TESTS),
+                # GenAI on A and B (.peer carried; unless SKIP_GENAI)
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes A,B --batches 1 \
+        --steps 16 --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 \
+        | cut -c1-160
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 --out "$OUT/real" \
+        --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 | cut -c1-200
+    gpu_tests
+    [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -3
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more" >&2
     exit 2
     ;;
 esac

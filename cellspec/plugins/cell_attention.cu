@@ -80,6 +80,7 @@ constexpr int kMaxHeadDim = kChunk;  // the weighted sum gives each of D lanes a
 constexpr int kMaxRows = 8;  // query rows per block
 constexpr int kMaxHeads = 8;  // query heads per block
 constexpr int kMaxPairs = 16;  // (row, head) pairs per block
+constexpr int kOneHeadBlocks = 5;  // decode blocks of one head per multiprocessor at most
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -141,36 +142,46 @@ __device__ __forceinline__ float fold(const float* warp_parts) {
 
 // a key row's 16-byte vectors loaded before they are used (else one dependent load at a time)
 constexpr int kKeyLoads = 8;
-// the weighted sum's stage: kStageBytes of values, each thread loading kStageLoads 16-byte
-// vectors of it; and keys summed per batch of reads
-constexpr int kStageBytes = 8192;
-constexpr int kStageLoads = kStageBytes / 16 / kChunk;
-constexpr int kSumKeys = 8;
+// the weighted sum's 16-byte value loads per lane in flight at once
+constexpr int kValueLoads = 8;
+
+// v summed over a warp's lanes kg * nv + vi for kg = 0 .. groups - 1 (the lane's own vi): a
+// tree over the groups padded with zeros to a power of two, whose result lane vi (kg 0) holds.
+// Every lane of the warp calls it; the order depends on groups and nv only.
+__device__ __forceinline__ float sum_groups(float v, int groups, int nv, int kg) {
+  int span = 1;
+  while (span < groups) span <<= 1;
+  const int lane = threadIdx.x & 31;
+  for (int off = span >> 1; off > 0; off >>= 1) {
+    const float other = __shfl_sync(0xffffffffu, v, min(lane + off * nv, 31));
+    if (kg + off < groups) v += other;  // else the partner is a padding zero
+  }
+  return v;
+}
 
 // One block per (sequence, tile of `rows` of its query rows, group of `heads` query heads of one
 // kv head, chunk of kChunk keys): for each (row, head) pair of the block, the max, the sum of
 // exp and the weighted sum of the chunk's keys, written as the output when the step has one
 // chunk, else as partials for combine_kernel. Thread t holds key t (loaded once for the block's
-// heads; the rows of a tile read it again, from L1); the values are staged in shared memory
-// kStageBytes at a time, and for the weighted sum the threads form kChunk / D groups of D lanes,
-// group g summing keys g, g + groups, ... for lane d, the groups then added in order. A pair's
-// arithmetic is the same whatever the tile and group it is in, so the launch shape (chosen per
-// step for occupancy) cannot change a result.
-template <typename T>
+// heads; the rows of a tile read it again, from L1). For the weighted sum warp w takes nv of a
+// value row's 16-byte vectors (nv = vectors / kWarps rounded up) for all the chunk's keys: lane
+// (kg, vi) = (lane / nv, lane % nv) sums keys kg, kg + groups, ... (groups = 32 / nv) of vector
+// w nv + vi in registers, kValueLoads loads in flight at once (a tile's first ones issued before
+// the scores), then sum_groups adds the lanes' sums across kg. A pair's arithmetic is the same
+// whatever the tile it is in, so the launch shape (chosen per step for occupancy) cannot change
+// a result.
+template <typename T, int kSumHeads>
 __global__ void __launch_bounds__(kChunk) chunk_kernel(
     const T* __restrict__ q, const T* __restrict__ k_new, const T* __restrict__ v_new,
     const T* __restrict__ k_pool, const T* __restrict__ v_pool,
     const int64_t* __restrict__ cell_table, const bool* __restrict__ mask,
     const int64_t* __restrict__ positions, Dims dm, float* __restrict__ partials,
     T* __restrict__ out) {
-  __shared__ float q_sum[kMaxPairs][kMaxHeadDim];  // the pairs' queries, then the group sums
+  __shared__ float query[kMaxPairs][kMaxHeadDim];  // the pairs' queries
   __shared__ float weight[kMaxPairs][kChunk];       // scores, then exp weights
   __shared__ int new_col[kMaxRows][kChunk];         // the new token holding a key slot, -1 none
   __shared__ const T* key_rows[kMaxRows][kChunk];   // a row's key for each key slot, null: none
   __shared__ const T* value_rows[kMaxRows][kChunk];  // and its value
-  constexpr int kStageItems = kStageBytes / sizeof(T);
-  __shared__ __align__(16) T stage[kStageItems];     // values being summed, key-major
-  __shared__ float stats[kMaxPairs][2];             // each pair's max and sum of exp
   __shared__ float max_part[kMaxPairs][kWarps], sum_part[kMaxPairs][kWarps];
 
   // the block's indices in 32 bits (a 64-bit division is a call of ~100 instructions)
@@ -197,7 +208,7 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
   for (int i = t; i < pairs * D; i += kChunk) {
     const int p = i / D, d = i % D;
     const int64_t row = s * dm.Q + r0 + p / heads;
-    q_sum[p][d] = to_float(q[(row * dm.H + h0 + p % heads) * dm.D + d]);
+    query[p][d] = to_float(q[(row * dm.H + h0 + p % heads) * dm.D + d]);
   }
   for (int r = 0; r < rows; ++r) new_col[r][t] = -1;
   __syncthreads();
@@ -253,6 +264,26 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
     return;
   }
 
+  // the weighted sum's layout (above), and its first values loaded now, to arrive by the sum
+  const int lane32 = t & 31, warp = t >> 5;
+  const int vectors = D / Vec<T>::kSize;  // 16-byte vectors per row
+  const int nv = (vectors + kWarps - 1) / kWarps;
+  const int groups = 32 / nv;
+  const int kg = lane32 / nv, vi = lane32 % nv, vec = warp * nv + vi;
+  const bool summing = kg < groups && vec < vectors && vi < nv;
+  const int lane_keys = (kChunk - kg + groups - 1) / groups;  // keys kg + groups u < kChunk
+  uint4 values[kValueLoads];
+  auto load_values = [&](int r, int u0) {
+#pragma unroll
+    for (int u = 0; u < kValueLoads; ++u) {
+      values[u] = make_uint4(0, 0, 0, 0);
+      const T* val_row = summing && u0 + u < lane_keys ? value_rows[r][kg + groups * (u0 + u)]
+                                                        : nullptr;
+      if (val_row != nullptr)
+        values[u] = *reinterpret_cast<const uint4*>(val_row + vec * Vec<T>::kSize);
+    }
+  };
+
 #pragma unroll 1
   for (int r = 0; r < rows; ++r) {  // rows one at a time: unrolled, the kernel's code is too large
     const T* key_row = key_rows[r][t];
@@ -279,7 +310,7 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
             if (g >= heads) continue;
 #pragma unroll
             for (int i = 0; i < Vec<T>::kSize; ++i)
-              dot[g] = fmaf(q_sum[r * heads + g][d + i], to_float(items[i]), dot[g]);
+              dot[g] = fmaf(query[r * heads + g][d + i], to_float(items[i]), dot[g]);
           }
         }
       }
@@ -290,8 +321,8 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
   }
   __syncthreads();
 
+  load_values(0, 0);  // to arrive during the reductions
   // every pair's max of scores, then its exp weights and their sum: two barriers in all
-  const int lane32 = t & 31, warp = t >> 5;
   for (int p = 0; p < pairs; ++p) {
     const float m = warp_reduce<true>(weight[p][t]);
     if (lane32 == 0) max_part[p][warp] = m;
@@ -305,97 +336,76 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
     if (lane32 == 0) sum_part[p][warp] = l;
   }
   __syncthreads();
-  if (t < pairs) {
-    stats[t][0] = fold<true>(max_part[t]);
-    stats[t][1] = fold<false>(sum_part[t]);
-  }
 
-  // the weighted sum: a row's values staged `stage_keys` keys at a time in shared memory (each
-  // thread's 16-byte loads all in flight), then summed from there eight keys at a time (their
-  // values and weights read before the chain of FMAs, which keeps its order: keys g_id,
-  // g_id + groups, ... of the chunk for lane d of group g_id)
-  const int groups = kChunk / D;
-  const int g_id = t / D, lane = t % D;
-  const int vectors = D / Vec<T>::kSize;  // 16-byte vectors per row
-  int stage_keys = kChunk;  // a power of two: a multiple of groups, a divisor of kChunk
-  while (stage_keys * D > kStageItems) stage_keys /= 2;
-  const int stage_vectors = stage_keys * vectors;
-#pragma unroll 1
-  for (int r = 0; r < rows; ++r) {
-    float acc[kMaxHeads];
-#pragma unroll
-    for (int g = 0; g < kMaxHeads; ++g) acc[g] = 0.f;
-#pragma unroll 1
-    for (int first_key = 0; first_key < kChunk; first_key += stage_keys) {
-      __syncthreads();  // the previous stage read
-      uint4 raw[kStageLoads];
-#pragma unroll
-      for (int u = 0; u < kStageLoads; ++u) {
-        const int i = t + u * kChunk;
-        raw[u] = make_uint4(0, 0, 0, 0);
-        if (i < stage_vectors) {
-          const T* val_row = value_rows[r][first_key + i / vectors];
-          if (val_row != nullptr)
-            raw[u] = *reinterpret_cast<const uint4*>(val_row + (i % vectors) * Vec<T>::kSize);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kStageLoads; ++u) {
-        const int i = t + u * kChunk;
-        if (i < stage_vectors) *reinterpret_cast<uint4*>(&stage[i * Vec<T>::kSize]) = raw[u];
-      }
-      __syncthreads();
-      if (g_id < groups) {
-#pragma unroll 1
-        for (int j0 = g_id; j0 < stage_keys; j0 += kSumKeys * groups) {
-          // reads clamped into the stage (so all are issued at once); keys past it weigh 0
-          int key_at[kSumKeys];
-          float value[kSumKeys];
-#pragma unroll
-          for (int u = 0; u < kSumKeys; ++u) {
-            key_at[u] = min(j0 + u * groups, stage_keys - 1);
-            value[u] = to_float(stage[key_at[u] * D + lane]);
-          }
-#pragma unroll
-          for (int g = 0; g < kMaxHeads; ++g) {
-            if (g >= heads) continue;
-            float w[kSumKeys];
-#pragma unroll
-            for (int u = 0; u < kSumKeys; ++u) w[u] = weight[r * heads + g][first_key + key_at[u]];
-#pragma unroll
-            for (int u = 0; u < kSumKeys; ++u)  // a weight-0 row may hold anything
-              if (w[u] != 0.f && j0 + u * groups < stage_keys)
-                acc[g] = fmaf(w[u], value[u], acc[g]);
-          }
-        }
-      }
-    }
-    // q_sum's queries were last read before the reductions' barriers
-    if (g_id < groups) {
-#pragma unroll
-      for (int g = 0; g < kMaxHeads; ++g)
-        if (g < heads) q_sum[r * heads + g][t] = acc[g];
-    }
-  }
-  __syncthreads();
-  for (int i = t; i < pairs * D; i += kChunk) {
-    const int p = i / D, d = i % D;
-    float total = 0.f;
-    for (int k = 0; k < groups; ++k) total += q_sum[p][k * D + d];
-    const int64_t row_head = (s * dm.Q + r0 + p / heads) * dm.H + h0 + p % heads;
+  // the weighted sum of each row's values for each head, lane (kg, vi) summing its keys in order,
+  // then across kg; no barrier (each lane reads only the weights and its own loads). A lane's
+  // values are loaded once per row where they fit in one batch (half precision: always), else
+  // again for every head.
+  constexpr int kV = Vec<T>::kSize;
+  const bool one_batch = lane_keys <= kValueLoads;
+  auto write_pair = [&](int r, int g, const float* acc) {  // lanes kg 0 write their vectors
+    if (kg != 0 || !summing) return;
+    const int p = r * heads + g;
+    const int64_t row_head = (s * dm.Q + r0 + r) * dm.H + h0 + g;
     if (dm.chunks > 1) {
       float* part = partials + (row_head * dm.chunks + c) * (dm.D + 2);
-      if (d == 0) {
-        part[0] = stats[p][0];
-        part[1] = stats[p][1];
+      if (vec == 0) {
+        part[0] = fold<true>(max_part[p]);
+        part[1] = fold<false>(sum_part[p]);
       }
-      part[2 + d] = total;
+#pragma unroll
+      for (int i = 0; i < kV; ++i) part[2 + vec * kV + i] = acc[i];
     } else {
-      const float l = stats[p][1];
-      out[row_head * dm.D + d] = from_float<T>(l > 0.f ? total / l : 0.f);
+      const float l = fold<false>(sum_part[p]);
+      T* o = out + row_head * dm.D + vec * kV;
+#pragma unroll
+      for (int i = 0; i < kV; ++i) o[i] = from_float<T>(l > 0.f ? acc[i] / l : 0.f);
+    }
+  };
+#pragma unroll 1
+  for (int r = 0; r < rows; ++r) {
+#pragma unroll 1
+    for (int g0 = 0; g0 < heads; g0 += kSumHeads) {
+      float acc[kSumHeads][kV];
+#pragma unroll
+      for (int g = 0; g < kSumHeads; ++g)
+#pragma unroll
+        for (int i = 0; i < kV; ++i) acc[g][i] = 0.f;
+#pragma unroll 1
+      for (int u0 = 0; u0 < lane_keys; u0 += kValueLoads) {
+        // row 0's first values are in flight already, and one batch serves every pass
+        if ((r > 0 || g0 > 0 || u0 > 0) && (g0 == 0 || !one_batch)) load_values(r, u0);
+#pragma unroll
+        for (int u = 0; u < kValueLoads; ++u) {
+          if (u0 + u >= lane_keys) break;
+          const int key_at = kg + groups * (u0 + u);
+          const T* items = reinterpret_cast<const T*>(&values[u]);
+#pragma unroll
+          for (int g = 0; g < kSumHeads; ++g) {
+            if (g0 + g >= heads) continue;
+            const float w = weight[r * heads + g0 + g][key_at];
+            if (w == 0.f) continue;  // a weight-0 row may hold anything
+#pragma unroll
+            for (int i = 0; i < kV; ++i) acc[g][i] = fmaf(w, to_float(items[i]), acc[g][i]);
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kSumHeads; ++g) {
+        if (g0 + g >= heads) continue;
+#pragma unroll
+        for (int i = 0; i < kV; ++i) acc[g][i] = sum_groups(acc[g][i], groups, nv, kg);
+        write_pair(r, g0 + g, acc[g]);
+      }
     }
   }
 }
+
+// chunk_kernel for blocks of `heads` heads: their sums 4 heads at a time where a block has 4 or
+// more, else one at a time (on the H200, 4 at a time for fewer heads cost more in registers than
+// they saved). A pair's arithmetic is the same in both.
+template <typename T>
+auto chunk_kernel_for(int heads) { return heads >= 4 ? chunk_kernel<T, 4> : chunk_kernel<T, 1>; }
 
 // one block per (token row, head): the chunks' partials in index order. The chunks' maxima and
 // sums are read into shared memory at once, and each lane's values kCombineLoads chunks at a
@@ -945,6 +955,9 @@ void tile(Dims& dm) {
     return int64_t{1};
   };
   int64_t heads = smaller_divisor(std::min<int64_t>(kMaxHeads, group) + 1);
+  // a decode step whose blocks of one head fit the device a few times over takes one head a
+  // block (on the H200 a block's latency, not the keys' loads, bounds such steps)
+  if (dm.Q == 1 && dm.S * dm.H * dm.chunks <= kOneHeadBlocks * multiprocessors()) heads = 1;
   int64_t rows = std::min<int64_t>({dm.Q, kMaxRows, kMaxPairs / heads});
   auto blocks = [&] { return dm.S * ((dm.Q + rows - 1) / rows) * (dm.H / heads) * dm.chunks; };
   while (blocks() < multiprocessors() && (rows > 1 || heads > 1)) {
@@ -993,7 +1006,7 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
   tile(dm);
   auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
   const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
-  chunk_kernel<T><<<blocks, kChunk, 0, stream>>>(
+  chunk_kernel_for<T>(dm.heads)<<<blocks, kChunk, 0, stream>>>(
       q, k_new, v_new, ctx.GetInput(3).GetTensorData<T>(), ctx.GetInput(4).GetTensorData<T>(),
       ctx.GetInput(5).GetTensorData<int64_t>(), ctx.GetInput(6).GetTensorData<bool>(),
       ctx.GetInput(7).GetTensorData<int64_t>(), dm, partials.GetTensorMutableData<float>(),

@@ -13,15 +13,18 @@ H, KV, D, CELLS = 6, 2, 64, 512
 TYPES = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
 
 
-def run_op(library, feeds: dict, by_position: int) -> np.ndarray:
+def run_op(library, feeds: dict, by_position: int, head_dim: int = D, heads: int = H,
+           kv_heads: int = KV) -> np.ndarray:
     """CellAttention on `feeds` (its eight inputs by name): its output."""
     names = ["q", "k_new", "v_new", "k_pool", "v_pool", "cell_table", "attn_mask", "positions"]
     return run_node(library, "CellAttention", {n: feeds[n] for n in names}, ["out", "partials"],
-                    num_heads=H, kv_num_heads=KV, scale=D ** -0.5, by_position=by_position)[0]
+                    num_heads=heads, kv_num_heads=kv_heads, scale=head_dim ** -0.5,
+                    by_position=by_position)[0]
 
 
-def reference(feeds: dict) -> np.ndarray:
+def reference(feeds: dict, head_dim: int = D, heads: int = H, kv_heads: int = KV) -> np.ndarray:
     """[pool[cell_table] ; new] per row, masked softmax in float64, query head h on kv h // G."""
+    D, H, KV = head_dim, heads, kv_heads
     q = feeds["q"].astype(np.float64)
     S, Q, _ = q.shape
     keys = np.concatenate([feeds["k_pool"][feeds["cell_table"]], feeds["k_new"]], axis=1)
@@ -38,9 +41,10 @@ def reference(feeds: dict) -> np.ndarray:
 
 
 def causal_step(rng, lengths: list[int], width: int, num_cells: int, dtype, pools=None,
-                new=None) -> dict:
+                new=None, head_dim: int = D, heads: int = H, kv_heads: int = KV) -> dict:
     """Rows of `width` new tokens after `lengths` cells each (cells numbered row by row from 1),
     reading `num_cells` cells (the scratch cell 0 past each length), causal."""
+    D, H, KV = head_dim, heads, kv_heads
     S = len(lengths)
     k_pool, v_pool = pools or (rng.standard_normal((CELLS, KV * D)).astype(dtype) for _ in "kv")
     table = np.zeros((S, num_cells), np.int64)
@@ -58,28 +62,59 @@ def causal_step(rng, lengths: list[int], width: int, num_cells: int, dtype, pool
             "positions": (np.array(lengths)[:, None] + np.arange(width)).astype(np.int64)}
 
 
+# head sizes whose 16-byte vectors split over the kernel's 4 warps evenly (64, 128), unevenly
+# (80: 10 half vectors, 3 a warp) and one a warp (32 in half precision)
+HEAD_DIMS = [64, 32, 80, 128]
+
+
 @pytest.mark.parametrize("dtype,tolerance", [(np.float32, 2e-5), (np.float16, 4e-3)])
 @pytest.mark.parametrize("by_position", [1, 0])
-def test_matches_reference(cell_library, dtype, tolerance, by_position):
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_matches_reference(cell_library, dtype, tolerance, by_position, head_dim):
     rng = np.random.default_rng(0)
-    feeds = causal_step(rng, [0, 5, 200, 130], 3, 256, dtype)  # 2 chunks of keys and 1
-    out = run_op(cell_library, feeds, by_position)
-    np.testing.assert_allclose(out.astype(np.float64), reference(feeds), atol=tolerance,
-                               rtol=tolerance)
+    feeds = causal_step(rng, [0, 5, 200, 130], 3, 256, dtype,  # 2 chunks of keys and 1
+                        head_dim=head_dim)
+    out = run_op(cell_library, feeds, by_position, head_dim)
+    np.testing.assert_allclose(out.astype(np.float64), reference(feeds, head_dim),
+                               atol=tolerance, rtol=tolerance)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_a_row_is_the_same_alone_in_a_batch_and_in_a_larger_bucket(cell_library, dtype):
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_a_row_is_the_same_alone_in_a_batch_and_in_a_larger_bucket(cell_library, dtype,
+                                                                   head_dim):
     rng = np.random.default_rng(1)
-    batch = causal_step(rng, [300, 7, 129], 1, 320, dtype)
+    batch = causal_step(rng, [300, 7, 129], 1, 320, dtype, head_dim=head_dim)
     row = {n: batch[n][:1] if n not in ("k_pool", "v_pool") else batch[n] for n in batch}
     padded = dict(row, cell_table=np.pad(row["cell_table"], ((0, 0), (0, 700))))
     mask = row["attn_mask"]
     padded["attn_mask"] = np.concatenate([mask[..., :320], np.zeros((1, 1, 1, 700), bool),
                                           mask[..., 320:]], axis=-1)
-    alone = run_op(cell_library, row, 1)
-    assert np.array_equal(run_op(cell_library, batch, 1)[:1], alone)
-    assert np.array_equal(run_op(cell_library, padded, 1), alone)
+    alone = run_op(cell_library, row, 1, head_dim)
+    assert np.array_equal(run_op(cell_library, batch, 1, head_dim)[:1], alone)
+    assert np.array_equal(run_op(cell_library, padded, 1, head_dim), alone)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(np.float32, 2e-5), (np.float16, 4e-3)])
+def test_blocks_of_four_heads_and_of_one_give_the_same_rows(cell_library, dtype, tolerance):
+    """Qwen3-8B's heads (32 on 8 kv heads): 8 decode rows would take 768 blocks of one head,
+    more than the launch gives one head each (5 a multiprocessor: 660 on the H200), so they
+    run 4 heads a block and sum the 4 heads at once; a row alone takes one head a block.
+    Both equal the reference, and each other bit for bit; a 3-token step of 4 rows (2 rows
+    and 4 heads a block) equals the reference too."""
+    rng = np.random.default_rng(3)
+    shape = {"head_dim": 128, "heads": 32, "kv_heads": 8}
+    batch = causal_step(rng, [300, 7, 129, 50, 0, 10, 11, 1], 1, 320, dtype, **shape)
+    together = run_op(cell_library, batch, 1, **shape)
+    np.testing.assert_allclose(together.astype(np.float64), reference(batch, **shape),
+                               atol=tolerance, rtol=tolerance)
+    for s in range(8):
+        row = {n: batch[n][s:s + 1] if n not in ("k_pool", "v_pool") else batch[n]
+               for n in batch}
+        assert np.array_equal(run_op(cell_library, row, 1, **shape)[0], together[s]), s
+    wide = causal_step(rng, [0, 5, 200, 130], 3, 256, dtype, **shape)
+    np.testing.assert_allclose(run_op(cell_library, wide, 1, **shape).astype(np.float64),
+                               reference(wide, **shape), atol=tolerance, rtol=tolerance)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
