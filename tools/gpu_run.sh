@@ -65,6 +65,10 @@
 #   bash tools/gpu_run.sh values       # CellAttention's weighted sum from registers: op tests,
 #                                      # probe, steps on A and B (vs .gpu/base)
 #   bash tools/gpu_run.sh values-more  # then: kernels, the real SmolLM2, GPU tests, GenAI
+#   bash tools/gpu_run.sh pdl          # programmatic dependent launch (tried, not kept: `git
+#                                      # apply bench/gpu-2026-12-02d/5-pdl/pdl.patch` first): op
+#                                      # tests, steps on A and B (vs .gpu/base), CellAttention
+#                                      # GPU tests, SmolLM2
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -615,6 +619,17 @@ case "${1:-}" in
           --work "$WORK"
     done
     ;;
+  pdl)  # programmatic dependent launch: the build, the op tests (stop there when they fail),
+        # steps on A and B at 1 and 8 in chains of 16 (BASE's tree and this checkout), the
+        # CellAttention GPU tests, the real SmolLM2 plain and speculative (unless SKIP_REAL)
+    build_and_op_tests 1 2 || exit 5
+    base_then_new steps "" 4 steps --shapes A,B --batches 1,8 --chains 16 --work "$WORK"
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+        tests/gpu/test_ort_cuda.py -k cell 2>&1 | tee "$OUT"/gpu_tests.log | tail -2
+    [ -n "${SKIP_REAL:-}" ] || CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 \
+        --dtype float16 --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 \
+        --out "$OUT/real" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 | cut -c1-200
+    ;;
   values-more)  # after `values` on the same machine: an A and a B step's kernels at batch 1,
                 # the real SmolLM2 plain and speculative, the GPU tests (unless SKIP_TESTS),
                 # GenAI on A and B (.peer carried; unless SKIP_GENAI)
@@ -628,7 +643,7 @@ case "${1:-}" in
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -3
     ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl" >&2
     exit 2
     ;;
 esac
