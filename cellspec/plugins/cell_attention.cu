@@ -166,10 +166,10 @@ __device__ __forceinline__ float sum_groups(float v, int groups, int nv, int kg)
 // heads; the rows of a tile read it again, from L1). For the weighted sum warp w takes nv of a
 // value row's 16-byte vectors (nv = vectors / kWarps rounded up) for all the chunk's keys: lane
 // (kg, vi) = (lane / nv, lane % nv) sums keys kg, kg + groups, ... (groups = 32 / nv) of vector
-// w nv + vi in registers, kValueLoads loads in flight at once (a tile's first ones issued before
-// the scores), then sum_groups adds the lanes' sums across kg. A pair's arithmetic is the same
-// whatever the tile it is in, so the launch shape (chosen per step for occupancy) cannot change
-// a result.
+// w nv + vi in registers, kValueLoads loads in flight at once (a tile's first ones issued right
+// after the scores, to arrive during the softmax's reductions), then sum_groups adds the lanes'
+// sums across kg. A pair's arithmetic is the same whatever the tile it is in, so the launch
+// shape (chosen per step for occupancy) cannot change a result.
 template <typename T, int kSumHeads>
 __global__ void __launch_bounds__(kChunk) chunk_kernel(
     const T* __restrict__ q, const T* __restrict__ k_new, const T* __restrict__ v_new,
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
     return;
   }
 
-  // the weighted sum's layout (above), and its first values loaded now, to arrive by the sum
+  // the weighted sum's layout (above)
   const int lane32 = t & 31, warp = t >> 5;
   const int vectors = D / Vec<T>::kSize;  // 16-byte vectors per row
   const int nv = (vectors + kWarps - 1) / kWarps;
