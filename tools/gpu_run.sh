@@ -69,6 +69,9 @@
 #                                      # apply bench/gpu-2026-12-02d/5-pdl/pdl.patch` first): op
 #                                      # tests, steps on A and B (vs .gpu/base), CellAttention
 #                                      # GPU tests, SmolLM2
+#   PATCHES="a.patch b.patch" bash tools/gpu_run.sh patches
+#                                      # each patch in its own copy of the checkout: op tests,
+#                                      # probe, steps on A and B against this checkout, GPU tests
 #   (the plugin's build reads ONNX Runtime's headers from .gpu/ort-include, carried, when there:
 #   the include folder of Debian's libonnxruntime-dev)
 set -uo pipefail
@@ -630,6 +633,46 @@ case "${1:-}" in
         --dtype float16 --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 \
         --out "$OUT/real" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 | cut -c1-200
     ;;
+  patches)  # each of PATCHES (patch files of this checkout) applied to its own copy of the
+            # checkout: its build and op tests (stop when they fail), then every tree's probe
+            # (tools/cell_attention_probe.cu) in turn twice, steps on A and B at 1 and 8 in
+            # chains of 16 for this checkout ("head") and each copy, and each copy's
+            # CellAttention GPU tests (unless SKIP_TESTS). One call for several kernel changes.
+    trees=("$PWD")
+    for patch in ${PATCHES:?PATCHES: patch files to try}; do
+      patch=$(realpath "$patch")
+      tree="$WORK/$(basename "$patch" .patch)"
+      rm -rf "$tree" && mkdir -p "$tree" && cp -r cellspec tools tests pyproject.toml "$tree"/
+      (cd "$tree" && { git apply "$patch" 2>/dev/null || patch -p1 --forward -s < "$patch"; }) \
+          || { echo "$patch does not apply"; exit 5; }
+      (cd "$tree" && OUT="$OUT/$(basename "$tree")" && mkdir -p "$OUT" \
+          && build_and_op_tests 1 2) || exit 5
+      trees+=("$tree")
+    done
+    name() { [ "$1" = "$PWD" ] && echo head || basename "$1"; }
+    for tree in "${trees[@]}"; do
+      nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" \
+          "$tree"/tools/cell_attention_probe.cu -o "$WORK/probe-$(name "$tree")" &
+    done
+    wait
+    for round in 1 2; do
+      for tree in "${trees[@]}"; do
+        echo "== $(name "$tree") $round" >> "$OUT"/probe.txt
+        "$WORK/probe-$(name "$tree")" >> "$OUT"/probe.txt 2>&1
+      done
+    done
+    grep -v "^==" "$OUT"/probe.txt | cut -c1-200 | head -$((17 * ${#trees[@]}))
+    for tree in "${trees[@]}"; do
+      (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps --shapes A,B \
+          --batches 1,8 --chains 16 --work "$WORK" --out "$OUT/steps-$(name "$tree")" 2>&1 \
+          | grep -v "plugin EP" | tail -4 | cut -c1-150)
+    done
+    [ -n "${SKIP_TESTS:-}" ] || for tree in "${trees[@]:1}"; do
+      (cd "$tree" && CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+          tests/gpu/test_ort_cuda.py -k cell 2>&1 | tee "$OUT/$(name "$tree")"/gpu_tests.log \
+          | tail -1)
+    done
+    ;;
   values-more)  # after `values` on the same machine: an A and a B step's kernels at batch 1,
                 # the real SmolLM2 plain and speculative, the GPU tests (unless SKIP_TESTS),
                 # GenAI on A and B (.peer carried; unless SKIP_GENAI)
@@ -643,7 +686,7 @@ case "${1:-}" in
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -3
     ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches" >&2
     exit 2
     ;;
 esac
