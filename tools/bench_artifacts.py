@@ -28,6 +28,39 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def alternating_args(doc: str, batches: str, setting: str) -> argparse.Namespace:
+    """The arguments of a tool that times two settings of a decode step in child processes
+    (bench_spinning.py, bench_lone_rows.py): ARTIFACT, --batches (default `batches`), --rounds,
+    --steps, --prompt, --threads, and a child's hidden --one BATCH SETTING."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("artifact", type=Path)
+    parser.add_argument("--batches", default=batches)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=64, help="timed greedy decode steps")
+    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per session")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--one", nargs=2, type=int, metavar=("BATCH", setting),
+                        help=argparse.SUPPRESS)  # a child: one run, prints its result
+    return parser.parse_args()
+
+
+def alternate(script: str, args: argparse.Namespace, one_run, settings: tuple[int, int],
+              report, label: str) -> None:
+    """A child (--one BATCH SETTING) prints one_run(args, batch, setting) as JSON. Otherwise,
+    for each batch, args.rounds rounds of one fresh child process per setting, in the order of
+    `settings`: report(batch, {setting: result}) prints the round and returns its ratio, and
+    each batch ends with its ratios per round, as `label`."""
+    if args.one:
+        print(json.dumps(one_run(args, args.one[0], bool(args.one[1]))))
+        return
+    print(f"{args.artifact}: {args.prompt}-token prompts, mean of {args.steps} greedy decode "
+          f"steps, {args.threads} threads, one process per run")
+    for batch in (int(b) for b in args.batches.split(",")):
+        ratios = [report(batch, {s: child_run(script, args, batch, s) for s in settings})
+                  for _ in range(args.rounds)]
+        print(f"batch {batch}: {label} per round {[round(r, 3) for r in ratios]}")
+
+
 def child_run(script: str, args: argparse.Namespace, batch: int, setting: int):
     """`script` run as a fresh process on `args.artifact` with `--one BATCH SETTING` and the
     same --steps, --prompt and --threads: what its last line printed, as JSON (the child

@@ -11,23 +11,8 @@ pure cost, which this measures.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import numpy as np
-
-
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("artifact", type=Path)
-    parser.add_argument("--batches", default="1")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=64, help="timed greedy decode steps")
-    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per session")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--one", nargs=2, type=int, metavar=("BATCH", "PAD"),
-                        help=argparse.SUPPRESS)  # a child: one run, prints step and tokens
-    return parser.parse_args()
 
 
 def one_run(args: argparse.Namespace, batch: int, pad: bool) -> dict:
@@ -53,27 +38,21 @@ def one_run(args: argparse.Namespace, batch: int, pad: bool) -> dict:
             "lone_row_tile": executor.target.policy.lone_row_tile}
 
 
-def main() -> None:
-    from bench_artifacts import child_run  # this folder: sys.path[0] when run as a script
+def report(batch: int, run: dict) -> float:
+    """One round's line; its ratio, ort-cpu's policy over padded."""
+    ratio = run[0]["step"] / run[1]["step"]
+    print(f"batch {batch}: padded {1e3 * run[1]['step']:.2f} ms, ort-cpu's policy "
+          f"(lone_row_tile {run[0]['lone_row_tile']}) {1e3 * run[0]['step']:.2f} ms a "
+          f"step: x {ratio:.3f}; same tokens: {run[0]['tokens'] == run[1]['tokens']}",
+          flush=True)
+    return ratio
 
-    args = parse_args()
-    if args.one:
-        print(json.dumps(one_run(args, args.one[0], bool(args.one[1]))))
-        return
-    print(f"{args.artifact}: {args.prompt}-token prompts, mean of {args.steps} greedy decode "
-          f"steps, {args.threads} threads, one process per run")
-    for batch in (int(b) for b in args.batches.split(",")):
-        ratios = []
-        for _ in range(args.rounds):
-            run = {}
-            for pad in (1, 0):
-                run[pad] = child_run(__file__, args, batch, pad)
-            ratios.append(run[0]["step"] / run[1]["step"])
-            print(f"batch {batch}: padded {1e3 * run[1]['step']:.2f} ms, ort-cpu's policy "
-                  f"(lone_row_tile {run[0]['lone_row_tile']}) {1e3 * run[0]['step']:.2f} ms a "
-                  f"step: x {ratios[-1]:.3f}; same tokens: {run[0]['tokens'] == run[1]['tokens']}",
-                  flush=True)
-        print(f"batch {batch}: policy / padded per round {[round(r, 3) for r in ratios]}")
+
+def main() -> None:
+    from bench_artifacts import alternate, alternating_args  # this folder: sys.path[0]
+
+    args = alternating_args(__doc__, "1", "PAD")
+    alternate(__file__, args, one_run, (1, 0), report, "policy / padded")
 
 
 if __name__ == "__main__":

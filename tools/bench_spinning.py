@@ -9,23 +9,8 @@ settings round by round, as ratios (spinning over sleeping) per round.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import numpy as np
-
-
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("artifact", type=Path)
-    parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=64, help="timed greedy decode steps")
-    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per session")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--one", nargs=2, type=int, metavar=("BATCH", "SPINNING"),
-                        help=argparse.SUPPRESS)  # a child: one run, prints its median step
-    return parser.parse_args()
 
 
 def one_run(args: argparse.Namespace, batch: int, spinning: bool) -> float:
@@ -43,25 +28,19 @@ def one_run(args: argparse.Namespace, batch: int, spinning: bool) -> float:
     return decode(executor, prompts, args.steps)[0] / args.steps
 
 
-def main() -> None:
-    from bench_artifacts import child_run  # this folder: sys.path[0] when run as a script
+def report(batch: int, step: dict) -> float:
+    """One round's line; its ratio, spinning over sleeping."""
+    ratio = step[1] / step[0]
+    print(f"batch {batch}: sleeping {1e3 * step[0]:.2f} ms, spinning {1e3 * step[1]:.2f} ms a "
+          f"step: x {ratio:.3f}", flush=True)
+    return ratio
 
-    args = parse_args()
-    if args.one:
-        print(json.dumps(one_run(args, args.one[0], bool(args.one[1]))))
-        return
-    print(f"{args.artifact}: {args.prompt}-token prompts, mean of {args.steps} greedy decode "
-          f"steps, {args.threads} threads, one process per run")
-    for batch in (int(b) for b in args.batches.split(",")):
-        ratios = []
-        for _ in range(args.rounds):
-            step = {}
-            for spinning in (0, 1):
-                step[spinning] = child_run(__file__, args, batch, spinning)
-            ratios.append(step[1] / step[0])
-            print(f"batch {batch}: sleeping {1e3 * step[0]:.2f} ms, spinning "
-                  f"{1e3 * step[1]:.2f} ms a step: x {ratios[-1]:.3f}", flush=True)
-        print(f"batch {batch}: spinning / sleeping per round {[round(r, 3) for r in ratios]}")
+
+def main() -> None:
+    from bench_artifacts import alternate, alternating_args  # this folder: sys.path[0]
+
+    args = alternating_args(__doc__, "1,8", "SPINNING")
+    alternate(__file__, args, one_run, (0, 1), report, "spinning / sleeping")
 
 
 if __name__ == "__main__":
