@@ -151,6 +151,26 @@ probe_trees() {
   done
   grep -v "^==" "$OUT"/probe.txt | cut -c1-150 | head -48
 }
+# the kernels of a step on A and B at batch 1 with CellAttention (gpu_bench.py kernels), into
+# $OUT/kernels
+step_kernels() {
+  CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes A,B --batches 1 \
+      --steps 16 --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 \
+      | cut -c1-160
+}
+# the real SmolLM2 in float16 with CellAttention, plain and speculative with the shipped draft,
+# in chains of 16 at 1 and 8 sessions, 96 tokens, into $OUT/real
+real_smollm2() {
+  CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+      --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 --out "$OUT/real" \
+      --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 | cut -c1-200
+}
+# the CellAttention tests of tests/gpu/test_ort_cuda.py (the current folder's tree) with the
+# shipped draft, the log to LOG; the last LINES lines shown
+cell_gpu_tests() {  # LOG LINES
+  CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+      tests/gpu/test_ort_cuda.py -k cell 2>&1 | tee "$1" | tail -"$2"
+}
 case "${1:-}" in
   train)
     python3 tools/train_dflash.py all --out "$WORK/train" --generate-seconds "${GEN_S:-200}" \
@@ -602,14 +622,9 @@ case "${1:-}" in
     build_and_op_tests 1 2 || exit 5
     probe_trees || exit 6
     base_then_new steps "" 6 steps --shapes A,B --batches 1,8,32 --chains 16 --work "$WORK"
-    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes A,B --batches 1 \
-        --steps 16 --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 \
-        | cut -c1-160
-    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
-        --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 --out "$OUT/real" \
-        --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 | cut -c1-200
-    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
-        tests/gpu/test_ort_cuda.py -k cell 2>&1 | tee "$OUT"/gpu_tests.log | tail -2
+    step_kernels
+    real_smollm2
+    cell_gpu_tests "$OUT"/gpu_tests.log 2
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -3
     ;;
   values)  # CellAttention's weighted sum from registers: the build, the op tests (stop there
@@ -627,11 +642,8 @@ case "${1:-}" in
         # CellAttention GPU tests, the real SmolLM2 plain and speculative (unless SKIP_REAL)
     build_and_op_tests 1 2 || exit 5
     base_then_new steps "" 4 steps --shapes A,B --batches 1,8 --chains 16 --work "$WORK"
-    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
-        tests/gpu/test_ort_cuda.py -k cell 2>&1 | tee "$OUT"/gpu_tests.log | tail -2
-    [ -n "${SKIP_REAL:-}" ] || CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 \
-        --dtype float16 --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 \
-        --out "$OUT/real" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 | cut -c1-200
+    cell_gpu_tests "$OUT"/gpu_tests.log 2
+    [ -n "${SKIP_REAL:-}" ] || real_smollm2
     ;;
   patches)  # each of PATCHES (patch files of this checkout) applied to its own copy of the
             # checkout: its build and op tests (stop when they fail), then every tree's probe
@@ -668,20 +680,14 @@ case "${1:-}" in
           | grep -v "plugin EP" | tail -4 | cut -c1-150)
     done
     [ -n "${SKIP_TESTS:-}" ] || for tree in "${trees[@]:1}"; do
-      (cd "$tree" && CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
-          tests/gpu/test_ort_cuda.py -k cell 2>&1 | tee "$OUT/$(name "$tree")"/gpu_tests.log \
-          | tail -1)
+      (cd "$tree" && cell_gpu_tests "$OUT/$(name "$tree")"/gpu_tests.log 1)
     done
     ;;
   values-more)  # after `values` on the same machine: an A and a B step's kernels at batch 1,
                 # the real SmolLM2 plain and speculative, the GPU tests (unless SKIP_TESTS),
                 # GenAI on A and B (.peer carried; unless SKIP_GENAI)
-    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes A,B --batches 1 \
-        --steps 16 --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 \
-        | cut -c1-160
-    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
-        --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 --out "$OUT/real" \
-        --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 | cut -c1-200
+    step_kernels
+    real_smollm2
     gpu_tests
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -3
     ;;
