@@ -126,30 +126,43 @@ build_and_op_tests() {  # BUILD_LINES TEST_LINES
       | tee "$OUT"/gpu_tests_ops.log | tail -"$2"
   grep -q " passed" "$OUT"/gpu_tests_ops.log && ! grep -q "failed\|error" "$OUT"/gpu_tests_ops.log
 }
-# the attention kernels alone (tools/cell_attention_probe.cu), BASE's build and this checkout's in
-# turn, twice, into $OUT/probe.txt (its hashes say whether two builds agree bit for bit); each
-# NAME=VALUE[,NAME=VALUE...] of PROBE_DEFINES also builds this checkout with those -D flags,
-# probed in turn as well
-probe_trees() {
-  local tree build round define builds="base ." failed=0
-  for tree in .gpu/base .; do  # the builds side by side
+# a tree's name in probe and step results: base (.gpu/base), head (this checkout), else its
+# folder's name
+tree_name() {
+  case "$1" in
+    .gpu/base) echo base ;;
+    . | "$PWD") echo head ;;
+    *) basename "$1" ;;
+  esac
+}
+# the attention kernels alone (tools/cell_attention_probe.cu) of each TREE (default BASE's and
+# this checkout), built side by side, then run in turn, twice, into $OUT/probe.txt (its hashes
+# say whether two builds agree bit for bit); each NAME=VALUE[,NAME=VALUE...] of PROBE_DEFINES
+# also builds this checkout with those -D flags, probed in turn as well. Fails if a build fails.
+probe_trees() {  # [TREE...]
+  local trees=("$@") tree build round define failed=0 builds=()
+  [ ${#trees[@]} -gt 0 ] || trees=(.gpu/base .)
+  for tree in "${trees[@]}"; do
+    build=$(tree_name "$tree")
     nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" \
-        "$tree"/tools/cell_attention_probe.cu -o "$WORK/probe-$(basename "$tree")" &
+        "$tree"/tools/cell_attention_probe.cu -o "$WORK/probe-$build" &
+    builds+=("$build")
   done
   for define in ${PROBE_DEFINES:-}; do
+    build=${define//[=,]/_}
     nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" $(sed 's/^/-D/; s/,/ -D/g' \
-        <<< "$define") tools/cell_attention_probe.cu -o "$WORK/probe-${define//[=,]/_}" &
-    builds="$builds $define"
+        <<< "$define") tools/cell_attention_probe.cu -o "$WORK/probe-$build" &
+    builds+=("$build")
   done
   while [ "$(jobs -pr | wc -l)" -gt 0 ]; do wait -n || failed=1; done
   [ "$failed" = 0 ] || return 1
   for round in 1 2; do
-    for build in $builds; do
+    for build in "${builds[@]}"; do
       echo "== $build $round" >> "$OUT"/probe.txt
-      "$WORK/probe-${build//[=,]/_}" >> "$OUT"/probe.txt 2>&1
+      "$WORK/probe-$build" >> "$OUT"/probe.txt 2>&1
     done
   done
-  grep -v "^==" "$OUT"/probe.txt | cut -c1-150 | head -48
+  grep -v "^==" "$OUT"/probe.txt | cut -c1-200 | head -$((17 * ${#builds[@]}))
 }
 # the kernels of a step on A and B at batch 1 with CellAttention (gpu_bench.py kernels), into
 # $OUT/kernels
@@ -661,26 +674,14 @@ case "${1:-}" in
           && build_and_op_tests 1 2) || exit 5
       trees+=("$tree")
     done
-    name() { [ "$1" = "$PWD" ] && echo head || basename "$1"; }
-    for tree in "${trees[@]}"; do
-      nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" \
-          "$tree"/tools/cell_attention_probe.cu -o "$WORK/probe-$(name "$tree")" &
-    done
-    wait
-    for round in 1 2; do
-      for tree in "${trees[@]}"; do
-        echo "== $(name "$tree") $round" >> "$OUT"/probe.txt
-        "$WORK/probe-$(name "$tree")" >> "$OUT"/probe.txt 2>&1
-      done
-    done
-    grep -v "^==" "$OUT"/probe.txt | cut -c1-200 | head -$((17 * ${#trees[@]}))
+    probe_trees "${trees[@]}" || exit 6
     for tree in "${trees[@]}"; do
       (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps --shapes A,B \
-          --batches 1,8 --chains 16 --work "$WORK" --out "$OUT/steps-$(name "$tree")" 2>&1 \
+          --batches 1,8 --chains 16 --work "$WORK" --out "$OUT/steps-$(tree_name "$tree")" 2>&1 \
           | grep -v "plugin EP" | tail -4 | cut -c1-150)
     done
     [ -n "${SKIP_TESTS:-}" ] || for tree in "${trees[@]:1}"; do
-      (cd "$tree" && cell_gpu_tests "$OUT/$(name "$tree")"/gpu_tests.log 1)
+      (cd "$tree" && cell_gpu_tests "$OUT/$(tree_name "$tree")"/gpu_tests.log 1)
     done
     ;;
   values-more)  # after `values` on the same machine: an A and a B step's kernels at batch 1,
