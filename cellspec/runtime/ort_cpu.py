@@ -101,6 +101,7 @@ class OrtCpuBackend(Backend):
     def __init__(self, threads: int | None = None, spinning: bool = False) -> None:
         self.threads = threads
         self.spinning = spinning
+        self._lone_rows_apart: dict[Path, bool] = {}  # by artifact folder: see shape_policy
 
     def load_engine(self, path: Path) -> OrtCpuEngine:
         return OrtCpuEngine(path, self.threads, self.spinning)
@@ -110,8 +111,13 @@ class OrtCpuBackend(Backend):
         round a row alone in its tile as they do among others (lone_rows_round_apart: on an
         AMD EPYC with AVX-512 VNNI, none did; on one with AVX2 only, all did)."""
         policy = super().shape_policy(manifest, folder)
-        if policy.lone_row_tile and not lone_rows_round_apart(nbits_configs(manifest, folder),
-                                                              self.threads or os.cpu_count() or 1):
+        if not policy.lone_row_tile:
+            return policy
+        key = Path(folder).resolve()  # the target and the draft ask alike: the graphs read once
+        if key not in self._lone_rows_apart:
+            self._lone_rows_apart[key] = lone_rows_round_apart(
+                nbits_configs(manifest, folder), self.threads or os.cpu_count() or 1)
+        if not self._lone_rows_apart[key]:
             return ShapePolicy(lone_row_tile=0, cell_multiple=policy.cell_multiple)
         return policy
 
