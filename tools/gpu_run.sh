@@ -663,6 +663,7 @@ case "${1:-}" in
             # (tools/cell_attention_probe.cu) in turn twice, steps on A and B at 1 and 8 in
             # chains of 16 for this checkout ("head") and each copy, and each copy's
             # CellAttention GPU tests (unless SKIP_TESTS). One call for several kernel changes.
+            # ROUNDS (default 1) rounds of steps; SKIP_PROBE leaves the probe out.
     trees=("$PWD")
     for patch in ${PATCHES:?PATCHES: patch files to try}; do
       patch=$(realpath "$patch")
@@ -674,14 +675,19 @@ case "${1:-}" in
           && build_and_op_tests 1 2) || exit 5
       trees+=("$tree")
     done
-    probe_trees "${trees[@]}" || exit 6
-    for tree in "${trees[@]}"; do
-      (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps --shapes A,B \
-          --batches 1,8 --chains 16 --work "$WORK" --out "$OUT/steps-$(tree_name "$tree")" 2>&1 \
-          | grep -v "plugin EP" | tail -4 | cut -c1-150)
+    [ -n "${SKIP_PROBE:-}" ] || probe_trees "${trees[@]}" || exit 6
+    for round in $(seq "${ROUNDS:-1}"); do
+      for tree in "${trees[@]}"; do
+        name=$(tree_name "$tree")  # before the cd: tree_name knows this checkout by $PWD
+        echo "$name, round $round"
+        (cd "$tree" && CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps --shapes A,B \
+            --batches 1,8 --chains 16 --work "$WORK" --out "$OUT/steps-$name-$round" 2>&1 \
+            | grep -v "plugin EP" | tail -4 | cut -c1-150)
+      done
     done
     [ -n "${SKIP_TESTS:-}" ] || for tree in "${trees[@]:1}"; do
-      (cd "$tree" && cell_gpu_tests "$OUT/$(tree_name "$tree")"/gpu_tests.log 1)
+      name=$(tree_name "$tree")
+      (cd "$tree" && cell_gpu_tests "$OUT/$name"/gpu_tests.log 1)
     done
     ;;
   values-more)  # after `values` on the same machine: an A and a B step's kernels at batch 1,
