@@ -84,7 +84,7 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
     chunk_kernel_for<T>(dm.heads)<<<blocks, kChunk>>>(q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
   cudaEventRecord(b);
   for (int r = 0; r < reps && dm.chunks > 1; ++r)  // one chunk: chunk_kernel wrote the output
-    combine_kernel<T><<<S * Q * H, D < 128 ? D : 128, combine_bytes(dm)>>>(partials, dm, out);
+    combine_kernel<T, false><<<S * Q * H, D < 128 ? D : 128, combine_bytes(dm)>>>(partials, dm, out);
   cudaEventRecord(c);
   cudaEventSynchronize(c);
   float chunk_ms, combine_ms;

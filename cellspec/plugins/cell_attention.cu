@@ -82,6 +82,25 @@ constexpr int kMaxHeads = 8;  // query heads per block
 constexpr int kMaxPairs = 16;  // (row, head) pairs per block
 constexpr int kOneHeadBlocks = 5;  // decode blocks of one head per multiprocessor at most
 
+// Programmatic dependent launch (compute capability 9.0 and above; called only in the kernels'
+// kOverlap builds, which launch_after launches so): allow_dependents lets the next kernel of the
+// stream start (it still waits for this one in wait_for_predecessor); wait_for_predecessor waits
+// until the previous kernel has finished and its writes are visible. Before it a kernel may only
+// read what no kernel of the step writes (constant weights) and write nothing global.
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_predecessor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void prefetch_l2(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
+}
+
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -170,7 +189,7 @@ __device__ __forceinline__ float sum_groups(float v, int groups, int nv, int kg)
 // after the scores, to arrive during the softmax's reductions), then sum_groups adds the lanes'
 // sums across kg. A pair's arithmetic is the same whatever the tile it is in, so the launch
 // shape (chosen per step for occupancy) cannot change a result.
-template <typename T, int kSumHeads>
+template <typename T, int kSumHeads, bool kOverlap>
 __global__ void __launch_bounds__(kChunk) chunk_kernel(
     const T* __restrict__ q, const T* __restrict__ k_new, const T* __restrict__ v_new,
     const T* __restrict__ k_pool, const T* __restrict__ v_pool,
@@ -204,6 +223,10 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
   const int64_t kv_offset = (h0 / (dm.H / dm.KV)) * dm.D;
   const int64_t first = c * kChunk;
   const int64_t key = first + t;
+  if constexpr (kOverlap) {
+    allow_dependents();
+    wait_for_predecessor();
+  }
 
   for (int i = t; i < pairs * D; i += kChunk) {
     const int p = i / D, d = i % D;
@@ -405,16 +428,23 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
 // more, else one at a time (on the H200, 4 at a time for fewer heads cost more in registers than
 // they saved). A pair's arithmetic is the same in both.
 template <typename T>
-auto chunk_kernel_for(int heads) { return heads >= 4 ? chunk_kernel<T, 4> : chunk_kernel<T, 1>; }
+auto chunk_kernel_for(int heads, bool overlap = false) {
+  if (overlap) return heads >= 4 ? chunk_kernel<T, 4, true> : chunk_kernel<T, 1, true>;
+  return heads >= 4 ? chunk_kernel<T, 4, false> : chunk_kernel<T, 1, false>;
+}
 
 // one block per (token row, head): the chunks' partials in index order. The chunks' maxima and
 // sums are read into shared memory at once, and each lane's values kCombineLoads chunks at a
 // time, before the sums that use them (which keep the chunks' order).
 constexpr int kCombineLoads = 8;
 
-template <typename T>
+template <typename T, bool kOverlap>
 __global__ void combine_kernel(const float* __restrict__ partials, Dims dm, T* __restrict__ out) {
   extern __shared__ float chunk_stats[];  // [chunks][2]: each chunk's max and sum of exp
+  if constexpr (kOverlap) {
+    allow_dependents();
+    wait_for_predecessor();
+  }
   const int64_t row_head = blockIdx.x;
   const int64_t stride = dm.D + 2;
   const float* base = partials + row_head * dm.chunks * stride;
@@ -595,10 +625,10 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
 }
 #undef CELLSPEC_MMA_16816
 
-template <typename T, int kKind, int kMTiles, int kSlices>
+template <typename T, int kKind, int kMTiles, int kSlices, bool kOverlap>
 __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
     const T* __restrict__ x, const T* __restrict__ w, int rows, int K, int N,
-    T* __restrict__ y, RowRotary<T> rot) {
+    T* __restrict__ y, RowRotary<T> rot, bool early_weights) {
   constexpr int kSets = kKind == kRowSwiGlu ? 2 : 1;  // weight tiles: n, or gate n and up n
   constexpr int kLoads = kMTiles == 1 ? ROW_LOADS : 2;
   constexpr int kValues = kMTiles * kSets * 4;
@@ -623,6 +653,21 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
   const int begin = slice * chunks / kSlices, end = (slice + 1) * chunks / kSlices;
   float acc[kMTiles][kSets][4] = {};
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  if constexpr (kOverlap) {
+    allow_dependents();
+    // constant weights: the lines of their first loads go into L2 while the previous kernel may
+    // still run (the loop below is the plain kernel's, so that one row's code is unchanged)
+    if (early_weights)
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int k = (begin + u) * 32 + 8 * t;
+        if (begin + u < end && k < K && has_n)
+#pragma unroll
+          for (int set = 0; set < kSets; ++set)
+            prefetch_l2(w + (static_cast<int64_t>(set) * N + w_row) * K + k);
+      }
+    wait_for_predecessor();
+  }
   for (int base = begin; base < end; base += kLoads) {
     uint4 wv[kLoads][kSets], xv[kLoads][kMTiles][2];
 #pragma unroll
@@ -724,15 +769,48 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
   }
 }
 
+// whether this process's device has compute capability `major` or above
+bool device_is_at_least(int major) {
+  int device = 0, value = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor, device) ==
+             cudaSuccess &&
+         value >= major;
+}
+
+// whether a step of `rows` (token rows, all sequences) launches its kernels overlapped:
+// programmatic dependent launch needs compute capability 9.0, and steps of one row launch plainly
+// (on the H200 a SmolLM2 step of one row was 8% slower overlapped). Overlapped launches run the
+// kernels' kOverlap builds, plain ones the builds without it, which are the kernels as they were
+// before overlapping. On the H200: SmolLM2's decode step at batch 8 4% faster, batch 1 level, 8
+// Qwen3-8B layers level to 1% slower (bench/NOTES.md, 2026-12-02, fifth sitting).
+bool overlapping(int64_t rows) {
+  static const bool device_overlaps = device_is_at_least(9);
+  return rows > 1 && device_overlaps;
+}
+
+// `kernel` launched on `stream`; with `programmatic`, so that it may start before the previous
+// kernel of the stream ends: its allow_dependents / wait_for_predecessor say what may overlap.
+// Errors as launched() reads them.
+template <typename... Params, typename... Args>
+void launch_after(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
+                  size_t shared_bytes, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = programmatic ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
 // whether this process's device has mma.sync m16n8k16 (compute capability 8.0 and above)
 bool device_has_mma() {
-  static const bool has = [] {
-    int device = 0, major = 0;
-    return cudaGetDevice(&device) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-               cudaSuccess &&
-           major >= 8;
-  }();
+  static const bool has = device_is_at_least(8);
   return has;
 }
 
@@ -747,23 +825,29 @@ int row_slices(int K, int N) {
   return slices;
 }
 
+// row_matmul_kernel's build for `slices` runs of K
+template <typename T, int kKind, int kMTiles, bool kOverlap>
+auto row_kernel_for(int slices) {
+  return slices == 1   ? row_matmul_kernel<T, kKind, kMTiles, 1, kOverlap>
+         : slices == 2 ? row_matmul_kernel<T, kKind, kMTiles, 2, kOverlap>
+         : slices == 4 ? row_matmul_kernel<T, kKind, kMTiles, 4, kOverlap>
+                       : row_matmul_kernel<T, kKind, kMTiles, 8, kOverlap>;
+}
+
 // blocks for the same outputs and other rows run side by side (the tiles of rows are grid x),
 // so that the weights they share come from L2 after the first
 template <typename T, int kKind, int kMTiles>
 void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
-                      const RowRotary<T>& rot, cudaStream_t stream) {
+                      const RowRotary<T>& rot, bool constant_w, cudaStream_t stream) {
   const int slices = row_slices(K, N), per_block = kRowWarps / slices;
   const dim3 grid((rows + 16 * kMTiles - 1) / (16 * kMTiles),
                   ((N + 7) / 8 + per_block - 1) / per_block);
   const dim3 block(32 * kRowWarps);
-  if (slices == 1)
-    row_matmul_kernel<T, kKind, kMTiles, 1><<<grid, block, 0, stream>>>(x, w, rows, K, N, y, rot);
-  else if (slices == 2)
-    row_matmul_kernel<T, kKind, kMTiles, 2><<<grid, block, 0, stream>>>(x, w, rows, K, N, y, rot);
-  else if (slices == 4)
-    row_matmul_kernel<T, kKind, kMTiles, 4><<<grid, block, 0, stream>>>(x, w, rows, K, N, y, rot);
-  else
-    row_matmul_kernel<T, kKind, kMTiles, 8><<<grid, block, 0, stream>>>(x, w, rows, K, N, y, rot);
+  // only tiles of 16 rows (decode, verify) overlap: a prompt's wide tiles launch plainly
+  const bool overlap = kMTiles == 1 && overlapping(rows);
+  auto kernel = overlap ? row_kernel_for<T, kKind, kMTiles, kMTiles == 1>(slices)
+                        : row_kernel_for<T, kKind, kMTiles, false>(slices);
+  launch_after(overlap, kernel, grid, block, 0, stream, x, w, rows, K, N, y, rot, constant_w);
 }
 
 // row_matmul_kernel over `rows` rows of x on `stream`: 16 rows a block up to ROW_WIDE_ROWS
@@ -773,13 +857,15 @@ void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
 #define ROW_WIDE_ROWS 64
 #endif
 
+// With constant_w (an initializer: no kernel of the step writes it), an overlapped launch
+// prefetches the lines of its first weight loads into L2 while the previous kernel may still run.
 template <typename T, int kKind>
-void launch_row_matmul(const T* x, const T* w, int rows, int K, int N, T* y,
+void launch_row_matmul(const T* x, const T* w, int rows, int K, int N, T* y, bool constant_w,
                        cudaStream_t stream, const RowRotary<T>& rot = {}) {
   if (rows <= ROW_WIDE_ROWS)
-    launch_row_tiles<T, kKind, 1>(x, w, rows, K, N, y, rot, stream);
+    launch_row_tiles<T, kKind, 1>(x, w, rows, K, N, y, rot, constant_w, stream);
   else
-    launch_row_tiles<T, kKind, 4>(x, w, rows, K, N, y, rot, stream);
+    launch_row_tiles<T, kKind, 4>(x, w, rows, K, N, y, rot, constant_w, stream);
 }
 
 // the outputs row_matmul_kernel takes: a grid's y (tiles of 8 outputs) stops at 65,535
@@ -1006,15 +1092,18 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
   tile(dm);
   auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
   const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
-  chunk_kernel_for<T>(dm.heads)<<<blocks, kChunk, 0, stream>>>(
+  const bool overlap = overlapping(dm.S * dm.Q);
+  launch_after(overlap, chunk_kernel_for<T>(dm.heads, overlap), dim3(blocks), dim3(kChunk), 0,
+      stream,
       q, k_new, v_new, ctx.GetInput(3).GetTensorData<T>(), ctx.GetInput(4).GetTensorData<T>(),
       ctx.GetInput(5).GetTensorData<int64_t>(), ctx.GetInput(6).GetTensorData<bool>(),
       ctx.GetInput(7).GetTensorData<int64_t>(), dm, partials.GetTensorMutableData<float>(),
       out.GetTensorMutableData<T>());
   if (dm.chunks > 1) {
     const int threads = dm.D < 128 ? static_cast<int>(dm.D) : 128;
-    combine_kernel<T><<<row_heads, threads, combine_bytes(dm), stream>>>(
-        partials.GetTensorData<float>(), dm, out.GetTensorMutableData<T>());
+    launch_after(overlap, overlap ? combine_kernel<T, true> : combine_kernel<T, false>,
+                 dim3(row_heads), dim3(threads), combine_bytes(dm), stream,
+                 partials.GetTensorData<float>(), dm, out.GetTensorMutableData<T>());
   }
   return launched();
 }
@@ -1209,6 +1298,17 @@ OrtStatus* row_operands(const std::string& name, const std::vector<int64_t>& sha
   return nullptr;
 }
 
+// whether input `index` of the node is a constant initializer (no kernel of the step writes it)
+bool constant_input(const OrtKernelInfo* info, size_t index) {
+  int is_constant = 0;
+  try {
+    Ort::ConstKernelInfo(info).GetTensorConstantInput(index, &is_constant);
+  } catch (const Ort::Exception&) {
+    return false;
+  }
+  return is_constant != 0;
+}
+
 // whether row_matmul_kernel can take x [rows, K] and w with `outputs` outputs
 template <typename T>
 bool row_kernel_fits(const T* x, const T* w, int64_t K, int64_t outputs) {
@@ -1230,7 +1330,9 @@ struct RowMatMulKernel {
   static ONNXTensorElementDataType input_type(size_t) { return CudaType<T>::onnx; }
   static ONNXTensorElementDataType output_type(size_t) { return CudaType<T>::onnx; }
 
-  explicit RowMatMulKernel(const OrtKernelInfo*) {}
+  bool constant_w;
+
+  explicit RowMatMulKernel(const OrtKernelInfo* info) : constant_w(constant_input(info, 1)) {}
 
   OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
 
@@ -1256,7 +1358,7 @@ struct RowMatMulKernel {
     if (own) {
       launch_row_matmul<T, kGlu ? kRowSwiGlu : kRowPlain>(
           x, w, static_cast<int>(rows), static_cast<int>(K), static_cast<int>(outputs),
-          out.GetTensorMutableData<T>(), stream);
+          out.GetTensorMutableData<T>(), constant_w, stream);
       return launched();
     }
     if (OrtStatus* status = cublas_rows(ctx, kName, x, w, rows, K, N, product,
@@ -1284,8 +1386,9 @@ struct RowMatMulRotaryKernel {
   static ONNXTensorElementDataType output_type(size_t) { return CudaType<T>::onnx; }
 
   int64_t heads, kv_heads;
+  bool constant_w;
 
-  explicit RowMatMulRotaryKernel(const OrtKernelInfo* info) {
+  explicit RowMatMulRotaryKernel(const OrtKernelInfo* info) : constant_w(constant_input(info, 1)) {
     Ort::ConstKernelInfo attrs(info);
     heads = attrs.GetAttribute<int64_t>("num_heads");
     kv_heads = attrs.GetAttribute<int64_t>("kv_num_heads");
@@ -1326,7 +1429,7 @@ struct RowMatMulRotaryKernel {
     auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
     if (own) {
       launch_row_matmul<T, kRowRotary>(x, w, static_cast<int>(rows), static_cast<int>(K),
-                                       static_cast<int>(N), nullptr, stream, rot);
+                                       static_cast<int>(N), nullptr, constant_w, stream, rot);
       return launched();
     }
     if (OrtStatus* status = cublas_rows(ctx, kName, x, w, rows, K, N, product,

@@ -315,6 +315,50 @@ def test_row_matmul_matches_reference(cell_library, rows, K, N):
     np.testing.assert_allclose(got.astype(np.float64), want, atol=4e-3, rtol=4e-3)
 
 
+@pytest.mark.parametrize("rows", [1, 8, 100])
+def test_row_matmuls_chained_on_constant_weights_equal_each_alone(cell_library, rows):
+    """RowMatMul -> RowMatMulSwiGlu -> RowMatMul with the weights as initializers, each product
+    the next one's x: on compute capability 9.0 a projection on constant weights loads its first
+    weights while the previous kernel still runs, and reads x only after it ends. Each output
+    equals the op run alone with its weights as an input (loaded after), bit for bit, and the
+    chain a float64 reference within float16's error."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 256)).astype(np.float16)
+    weights = [(rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float16)
+               for shape in [(384, 256), (2 * 192, 384), (256, 192)]]
+    ops = ["RowMatMulFloat16", "RowMatMulSwiGluFloat16", "RowMatMulFloat16"]
+    names = ["x", "y0", "y1", "y2"]
+    nodes = [helper.make_node(op, [names[i], f"w{i}"],
+                              [names[i + 1]] + (["scratch"] if "SwiGlu" in op else []),
+                              domain="cellspec") for i, op in enumerate(ops)]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, x.shape)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT16, None) for n in names[1:]],
+        initializer=[numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)])
+    model = helper.make_model(graph, ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 23),
+                                             helper.make_opsetid("cellspec", 1)])
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(str(cell_library))
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CUDAExecutionProvider"])
+    chained = session.run(names[1:], {"x": x})
+    alone = x
+    want = x.astype(np.float64)
+    for op, w, got in zip(["RowMatMul", "RowMatMulSwiGlu", "RowMatMul"], weights, chained):
+        outputs = ["y", "scratch"] if "SwiGlu" in op else ["y"]
+        alone = run_node(cell_library, op, {"x": alone, "w": w}, outputs)[0]
+        assert np.array_equal(got, alone), op
+        want = want @ w.astype(np.float64).T
+        if "SwiGlu" in op:
+            gate, up = want[:, :192], want[:, 192:]
+            want = gate / (1 + np.exp(-gate)) * up
+    np.testing.assert_allclose(chained[-1].astype(np.float64), want, atol=2e-2, rtol=2e-2)
+
+
 @pytest.mark.parametrize("op, outputs", [("RowMatMul", 100), ("RowMatMulSwiGlu", 52)])
 def test_row_matmul_rounds_a_row_the_same_among_any_rows(cell_library, op, outputs):
     """A row's output bit for bit the same alone, among 5, 16, 17, 33 or 64 others in any order,
