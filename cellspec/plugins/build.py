@@ -70,9 +70,12 @@ def library_path(include: Path, compiler: str) -> Path:
     return plugin_folder() / f"libcellspec_cuda-{source_digest()}-{toolchain.hexdigest()[:8]}.so"
 
 
-def build_library(force: bool = False) -> Path:
+def build_library(force: bool = False, progress: bool = True) -> Path:
     """The library's path: a build of this source already in the cache (headers and nvcc are
-    then not needed), else compiled now."""
+    then not needed), else compiled now (a minute or so; with `progress`, one stderr line counts
+    the seconds)."""
+    from cellspec.export.progress import stage
+
     built = sorted(plugin_folder().glob(f"libcellspec_cuda-{source_digest()}-*.so"))
     if built and not force:
         return built[-1]
@@ -84,8 +87,10 @@ def build_library(force: bool = False) -> Path:
         command = [compiler, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
                    "-arch=native", f"-I{include}", str(SOURCE), "-o", str(made)]
         try:
-            subprocess.run(command, check=True, capture_output=True, text=True,
-                           timeout=BUILD_SECONDS)
+            with stage(f"building cellspec's CUDA kernels ({SOURCE.name}, once per source)",
+                       enabled=progress):
+                subprocess.run(command, check=True, capture_output=True, text=True,
+                               timeout=BUILD_SECONDS)
         except subprocess.CalledProcessError as failed:
             message = f"nvcc failed to build {SOURCE.name}:\n{failed.stderr}"
             raise PluginUnavailable(message) from None

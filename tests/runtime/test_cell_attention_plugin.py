@@ -3,6 +3,8 @@
 each missing piece named), and the refusal when it cannot be built. The op's arithmetic is tested on
 the GPU (tests/gpu/test_cell_attention.py)."""
 
+import os
+import shutil
 import stat
 
 import numpy as np
@@ -446,6 +448,24 @@ def test_the_library_is_built_once_per_source(plugin_env, monkeypatch):
     changed.write_text("// another source\n")
     monkeypatch.setattr(build, "SOURCE", changed)
     assert build_library() != first  # a new source, a new library
+    assert len((plugin_env / "bin" / "calls").read_text().splitlines()) == 2
+
+
+def test_a_build_counts_its_seconds_on_stderr_once(plugin_env, monkeypatch, capsys):
+    """A build (a minute or so with the real nvcc) shows one line that counts the seconds; a
+    library in the cache shows nothing, and so does a build asked for without progress."""
+    from cellspec.export import progress
+
+    monkeypatch.setattr(progress, "DELAY_SECONDS", 0.05)
+    nvcc = plugin_env / "bin" / "nvcc"
+    sleep = shutil.which("sleep", path=os.defpath)  # PATH holds only the fake nvcc's folder
+    nvcc.write_text(f"#!/bin/sh\n{sleep} 0.4\n" + nvcc.read_text().split("\n", 1)[1])
+    build_library()
+    assert "building cellspec's CUDA kernels (cell_attention.cu, once per source): 00:00" in (
+        capsys.readouterr().err)
+    build_library()
+    build_library(force=True, progress=False)
+    assert capsys.readouterr().err == ""
     assert len((plugin_env / "bin" / "calls").read_text().splitlines()) == 2
 
 
