@@ -318,8 +318,9 @@ def test_row_matmul_matches_reference(cell_library, rows, K, N):
 @pytest.mark.parametrize("rows", [1, 8, 100])
 def test_row_matmuls_chained_on_constant_weights_equal_each_alone(cell_library, rows):
     """RowMatMul -> RowMatMulSwiGlu -> RowMatMul with the weights as initializers, each product
-    the next one's x: on compute capability 9.0 a projection on constant weights loads its first
-    weights while the previous kernel still runs, and reads x only after it ends. Each output
+    the next one's x: on compute capability 9.0 the 8-row chain launches overlapped, so a
+    projection on constant weights prefetches its first weight lines while the previous kernel
+    may still run, and reads x only after it ends. Each output
     equals the op run alone with its weights as an input (loaded after), bit for bit, and the
     chain a float64 reference within float16's error."""
     import onnxruntime as ort
