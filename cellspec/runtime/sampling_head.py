@@ -180,8 +180,10 @@ def draw_head(z: np.ndarray, probs: np.ndarray, total: np.float32, total_sum: fl
             break
     if not 0 < count <= n // _MAX_HEAD_SHARE:
         return None  # too flat for a head
-    # exactly `count` p are >= tau: they are the top `count` (cheaper than a boolean mask)
-    selected = np.partition(probs, n - count)[n - count:]
+    # exactly `count` p are >= tau: they are the top `count`. A mask, not np.partition: p below
+    # the head are mostly tiny or 0, and partitioning their ties took 0.5 ms of a 0.6 ms row at
+    # V = 49,152 (the mask 15-85 us; bench/NOTES.md, 2026-12-02, fifth sitting)
+    selected = probs[probs >= tau]
     needed, target = (share * total_sum for share in _shares(top_p, uniform))
     if k != _LEVELS[0] and selected.sum(dtype=np.float64) < needed:
         return None  # too flat for a head: sorting everything is cheaper than trying it

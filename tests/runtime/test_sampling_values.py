@@ -63,6 +63,29 @@ def test_top_values_and_ids_are_the_first_ranks(kind):
         assert top_ids(values, count).tolist() == np.sort(order[:count]).tolist()
 
 
+@pytest.mark.parametrize("layout", ["normal", "high off the sample", "high on the sample",
+                                    "ties"])
+def test_top_values_and_ids_hold_whatever_the_strided_sample_sees(layout):
+    """top_values / top_ids pick their candidates above a threshold guessed from every 48th
+    value of a 49,152-token row: when the sample sees only low values (all are candidates),
+    when it sees all the high ones and too few (back to the whole row), and through ties."""
+    rng = np.random.default_rng(7)
+    vocab = 49152
+    values = (3 * rng.standard_normal(vocab)).astype(np.float32)
+    on_sample = np.arange(vocab) % (vocab // 1024) == 0
+    if layout == "high off the sample":
+        values[on_sample] = -30
+    elif layout == "high on the sample":
+        values[~on_sample] = rng.standard_normal(np.count_nonzero(~on_sample)) - 30
+        values[on_sample] = 10 + rng.random(np.count_nonzero(on_sample)).astype(np.float32)
+    elif layout == "ties":
+        values = np.round(values).astype(np.float32)
+    order = stable_order(values)
+    for count in (1, 50, 1024, 1100, 3000, 4096):
+        assert np.array_equal(top_values(values, count), values[order[:count]])
+        assert top_ids(values, count).tolist() == np.sort(order[:count]).tolist()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_ids_come_back_from_values(kind):
     rng = np.random.default_rng(len(kind) + 2)
