@@ -72,7 +72,7 @@ def largest(scaled: np.ndarray, count: int) -> np.ndarray:
     sample = scaled[::step]
     rank = min(sample.size - 1, 2 * (count // step) + 16)  # about 2 count values above it
     threshold = np.partition(sample, sample.size - 1 - rank)[sample.size - 1 - rank]
-    above = scaled[scaled >= threshold]  # NaN, the only value >= nothing, is not here: finite
+    above = scaled[scaled >= threshold]  # no NaN here: draw_token sorts such rows whole
     return above if above.size >= count else scaled
 
 
