@@ -137,8 +137,6 @@ def test_a_verified_key_reads_the_same_as_a_cell(cell_library, dtype):
 
 def run_node(library, op: str, feeds: dict, outputs: list[str], **attrs) -> list[np.ndarray]:
     """One cellspec op of type `op` + the feeds' dtype suffix on the CUDA provider."""
-    import onnxruntime as ort
-
     elem = TYPES[next(v for v in feeds.values() if v.dtype.kind == "f").dtype.type]
     suffix = {TensorProto.FLOAT: "Float", TensorProto.FLOAT16: "Float16"}[elem]
     kinds = {"cell_table": TensorProto.INT64, "attn_mask": TensorProto.BOOL,
@@ -149,14 +147,20 @@ def run_node(library, op: str, feeds: dict, outputs: list[str], **attrs) -> list
     graph = helper.make_graph([node], "t", inputs,
                               [helper.make_tensor_value_info(n, kinds.get(n, elem), None)
                                for n in outputs if n not in ("q_rot", "partials", "scratch")])
+    return cuda_session(library, graph).run([o.name for o in graph.output], feeds)
+
+
+def cuda_session(library, graph):
+    """A CUDA-provider session on `graph` (opset 23 and cellspec ops) with the op library."""
+    import onnxruntime as ort
+
     model = helper.make_model(graph, ir_version=10,  # what ONNX Runtime 1.31 reads
                               opset_imports=[helper.make_opsetid("", 23),
                                              helper.make_opsetid("cellspec", 1)])
     options = ort.SessionOptions()
     options.register_custom_ops_library(str(library))
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CUDAExecutionProvider"])
-    return session.run([o.name for o in graph.output], feeds)
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CUDAExecutionProvider"])
 
 
 def rotate(x: np.ndarray, positions: np.ndarray, heads: int, dtype, base: float = 10000.0):
@@ -323,7 +327,6 @@ def test_row_matmuls_chained_on_constant_weights_equal_each_alone(cell_library, 
     may still run, and reads x only after it ends. Each output
     equals the op run alone with its weights as an input (loaded after), bit for bit, and the
     chain a float64 reference within float16's error."""
-    import onnxruntime as ort
     from onnx import numpy_helper
 
     rng = np.random.default_rng(rows)
@@ -339,14 +342,7 @@ def test_row_matmuls_chained_on_constant_weights_equal_each_alone(cell_library, 
         nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, x.shape)],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT16, None) for n in names[1:]],
         initializer=[numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)])
-    model = helper.make_model(graph, ir_version=10,
-                              opset_imports=[helper.make_opsetid("", 23),
-                                             helper.make_opsetid("cellspec", 1)])
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(str(cell_library))
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CUDAExecutionProvider"])
-    chained = session.run(names[1:], {"x": x})
+    chained = cuda_session(cell_library, graph).run(names[1:], {"x": x})
     alone = x
     want = x.astype(np.float64)
     for op, w, got in zip(["RowMatMul", "RowMatMulSwiGlu", "RowMatMul"], weights, chained):
