@@ -74,11 +74,11 @@ def build_library(force: bool = False, progress: bool = True) -> Path:
     """The library's path: a build of this source already in the cache (headers and nvcc are
     then not needed), else compiled now (a minute or so; with `progress`, one stderr line counts
     the seconds)."""
-    from cellspec.export.progress import stage
-
     built = sorted(plugin_folder().glob(f"libcellspec_cuda-{source_digest()}-*.so"))
     if built and not force:
         return built[-1]
+    from cellspec.export.progress import stage  # only for a build: it imports the exporter
+
     include, compiler = ort_include(), nvcc()
     target = library_path(include, compiler)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -175,7 +175,8 @@ def draw_head(z: np.ndarray, probs: np.ndarray, total: np.float32, total_sum: fl
     n = probs.size
     for k in _LEVELS:  # the deepest level that fits holds every shallower head as a prefix
         tau = total * np.float32(2.0**-k)
-        count = np.count_nonzero(probs >= tau)  # a prefix of the order: p falls with rank
+        in_head = probs >= tau  # a prefix of the order: p falls with rank
+        count = np.count_nonzero(in_head)
         if count <= n // _MAX_HEAD_SHARE:
             break
     if not 0 < count <= n // _MAX_HEAD_SHARE:
@@ -183,7 +184,7 @@ def draw_head(z: np.ndarray, probs: np.ndarray, total: np.float32, total_sum: fl
     # exactly `count` p are >= tau: they are the top `count`. A mask, not np.partition: p below
     # the head are mostly tiny or 0, and partitioning their ties took 0.5 ms of a 0.6 ms row at
     # V = 49,152 (the mask 15-85 us; bench/NOTES.md, 2026-12-02, fifth sitting)
-    selected = probs[probs >= tau]
+    selected = probs[in_head]
     needed, target = (share * total_sum for share in _shares(top_p, uniform))
     if k != _LEVELS[0] and selected.sum(dtype=np.float64) < needed:
         return None  # too flat for a head: sorting everything is cheaper than trying it
