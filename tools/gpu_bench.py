@@ -247,6 +247,25 @@ def engine_seconds_of(executor) -> float:
     return sum(s.seconds for s in stats)
 
 
+def method_calls(executor) -> dict[str, tuple[int, float]]:
+    """(calls, seconds) so far of each engine method of the target and the draft."""
+    draft = getattr(executor, "draft", None)
+    stats = {**(draft.stats if draft else {}), **executor.target.stats}
+    return {name: (s.calls, s.seconds) for name, s in stats.items()}
+
+
+def methods_since(executor, before: dict[str, tuple[int, float]]) -> dict[str, dict]:
+    """Each method's calls and ms a call since `before` (a `method_calls`): where a
+    benchmark row's engine time went."""
+    rows = {}
+    for name, (calls, seconds) in method_calls(executor).items():
+        calls0, seconds0 = before.get(name, (0, 0.0))
+        if calls > calls0:
+            rows[name] = {"calls": calls - calls0,
+                          "ms_per_call": 1e3 * (seconds - seconds0) / (calls - calls0)}
+    return rows
+
+
 def _clear_stats(executor) -> None:
     for stats in (executor.draft.stats, executor.target.stats):
         stats.clear()
@@ -619,6 +638,8 @@ def cmd_smollm2(args) -> None:
                                     top_p=args.top_p, seed=11)
             stats = getattr(llm.executor, "stats", None)  # cumulative: the batch's share
             before = (stats.cycles, stats.accepted) if stats else (0, 0)
+            calls_before = method_calls(llm.executor)
+            rounds_before = (stats.rounds, stats.seconds.get("round", 0.0)) if stats else (0, 0)
             tokens, seconds = 0, 0.0
             for first in range(0, len(prompts), batch):
                 start = time.perf_counter()
@@ -632,7 +653,11 @@ def cmd_smollm2(args) -> None:
                          "temperature": args.temperature, "top_p": args.top_p,
                          "prompts": len(prompts), "tokens": tokens,
                          "tokens_per_s": tokens / seconds,
-                         "tau": (accepted + cycles) / cycles if cycles else None})
+                         "tau": (accepted + cycles) / cycles if cycles else None,
+                         "ms_per_call": methods_since(llm.executor, calls_before)})
+            if stats and stats.rounds > rounds_before[0]:  # a speculate() call, host included
+                rows[-1]["round_ms"] = 1e3 * (stats.seconds["round"] - rounds_before[1]) / (
+                    stats.rounds - rounds_before[0])
             print(json.dumps(rows[-1]), flush=True)
     write(args.out / f"smollm2_{args.dtype}.json", rows)
 

@@ -69,6 +69,11 @@
 #                                      # apply bench/gpu-2026-12-02d/5-pdl/pdl.patch` first): op
 #                                      # tests, steps on A and B (vs .gpu/base), CellAttention
 #                                      # GPU tests, SmolLM2
+#   bash tools/gpu_run.sh cycle        # a DFlash cycle on A and the real SmolLM2, .gpu/base's
+#                                      # tree and this checkout in turn
+#   bash tools/gpu_run.sh affinity     # the real SmolLM2 at 1 session pinned to each NUMA node
+#   bash tools/gpu_run.sh survey       # the build, GPU tests, real SmolLM2 (each method's
+#                                      # ms a call), a DFlash cycle on A, profiled
 #   PATCHES="a.patch b.patch" bash tools/gpu_run.sh patches
 #                                      # each patch in its own copy of the checkout: op tests,
 #                                      # probe, steps on A and B against this checkout, GPU tests
@@ -698,8 +703,47 @@ case "${1:-}" in
     gpu_tests
     [ -n "${SKIP_GENAI:-}" ] || OUT="$OUT"/genai bash .peer/ort_genai_gpu.sh 2>&1 | tail -3
     ;;
+  cycle)  # a DFlash cycle on A (random draft) and the real SmolLM2 (the LLM's defaults, each
+          # method's ms a call), BASE's tree and this checkout in turn, ROUNDS (1) times
+    python3 -m cellspec.plugins.build 2>&1 | tail -1
+    for round in $(seq "${ROUNDS:-1}"); do
+      base_then_new dflash "-$round" 2 dflash --shape A --with-draft --work "$WORK/spec"
+      base_then_new real "-$round" 4 smollm2 --dtype float16 --draft "$SHIPPED" --batches 1,8 \
+          --tokens 96 --work "$WORK"
+    done
+    ;;
+  affinity)  # where the host's side runs: the CPU topology, then the real SmolLM2 at 1
+             # session (plain, speculative) unpinned and pinned (taskset) to each NUMA node's
+             # CPUs, ROUNDS (2) times
+    lscpu | grep -i "model name\|numa\|socket\|core\|mhz"
+    nvidia-smi topo -m 2>/dev/null | head -4
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    nodes=$(lscpu -p=NODE | grep -v '^#' | sort -u)
+    for round in $(seq "${ROUNDS:-2}"); do
+      for where in all $nodes; do
+        pin=()
+        [ "$where" = all ] || pin=(taskset -c "$(lscpu -p=CPU,NODE | grep -v '^#' \
+            | awk -F, -v n="$where" '$2 == n {print $1}' | paste -sd,)")
+        echo "== $where, round $round: ${pin[*]}"
+        CELLSPEC_CUDA_ATTENTION=cell "${pin[@]}" python3 tools/gpu_bench.py smollm2 \
+            --dtype float16 --draft "$SHIPPED" --batches 1 --tokens 96 \
+            --out "$OUT/affinity-$where-$round" --work "$WORK" 2>&1 | grep -v "plugin EP" \
+            | tail -2 | cut -c1-240
+      done
+    done
+    ;;
+  survey)  # the committed tree: the build, the GPU tests, the real SmolLM2 plain and
+           # speculative (each method's calls and ms a call), a DFlash cycle on A (a random
+           # draft) against a step, profiled
+    python3 -m cellspec.plugins.build 2>&1 | tail -1
+    gpu_tests
+    real_smollm2
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py dflash --shape A --with-draft \
+        --profile --out "$OUT/dflash" --work "$WORK/spec" 2>&1 | grep -v "plugin EP" | tail -2 \
+        | cut -c1-400
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity" >&2
     exit 2
     ;;
 esac
