@@ -247,6 +247,18 @@ def engine_seconds_of(executor) -> float:
     return sum(s.seconds for s in stats)
 
 
+def host_probe_ms(repeats: int = 5) -> float:
+    """The best of `repeats` timings of a fixed pure-Python loop (1e5 additions), in this
+    process: how fast the host runs Python right now, to set beside a row's rate."""
+    best = float("inf")
+    for _ in range(repeats):
+        start, total = time.perf_counter(), 0
+        for i in range(100_000):
+            total += i
+        best = min(best, time.perf_counter() - start)
+    return 1e3 * best
+
+
 def method_calls(executor) -> dict[str, tuple[int, float]]:
     """(calls, seconds) so far of each engine method of the target and the draft."""
     draft = getattr(executor, "draft", None)
@@ -639,6 +651,7 @@ def cmd_smollm2(args) -> None:
             stats = getattr(llm.executor, "stats", None)  # cumulative: the batch's share
             before = (stats.cycles, stats.accepted) if stats else (0, 0)
             calls_before = method_calls(llm.executor)
+            host_ms = host_probe_ms()
             rounds_before = (stats.rounds, stats.seconds.get("round", 0.0)) if stats else (0, 0)
             tokens, seconds = 0, 0.0
             for first in range(0, len(prompts), batch):
@@ -654,7 +667,8 @@ def cmd_smollm2(args) -> None:
                          "prompts": len(prompts), "tokens": tokens,
                          "tokens_per_s": tokens / seconds,
                          "tau": (accepted + cycles) / cycles if cycles else None,
-                         "ms_per_call": methods_since(llm.executor, calls_before)})
+                         "ms_per_call": methods_since(llm.executor, calls_before),
+                         "host_probe_ms": host_ms})
             if stats and stats.rounds > rounds_before[0]:  # a speculate() call, host included
                 rows[-1]["round_ms"] = 1e3 * (stats.seconds["round"] - rounds_before[1]) / (
                     stats.rounds - rounds_before[0])

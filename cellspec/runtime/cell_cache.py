@@ -43,13 +43,8 @@ class StepPlan:
     attn_mask: np.ndarray  # [S, 1, Q, N + Q] bool, True where the key is visible
     attn_mask_window: np.ndarray | None  # as attn_mask, for sliding-window layers
     version: int  # the cache version the plan was made against
+    is_real: np.ndarray  # [S, Q] bool: the tokens that belong to a sequence (read-only)
     writes: bool = True  # False: a read-only step (a DFlash block), never committed
-
-    @property
-    def is_real(self) -> np.ndarray:
-        """[S, Q] bool: the tokens that belong to a sequence."""
-        width = self.positions.shape[1]
-        return np.arange(width)[None, :] < self.counts[:, None]
 
 
 class CellCache:
@@ -158,19 +153,28 @@ class CellCache:
         seq_ids = np.array(seq_list, dtype=np.int64)
         counts = np.array(count_list, dtype=np.int64)
         lengths = np.array(lengths_list, dtype=np.int64)
-        columns = np.arange(width)
-        is_real = columns[None, :] < counts[:, None]
-        positions = np.where(is_real, lengths[:, None] + columns[None, :], 0)
-        cells = np.full((seq_ids.size, width), self.scratch_cell, dtype=np.int64)
-        if writes:
-            cells[is_real] = self._lowest_free(sum(count_list))
+        columns = _columns(max(width, num_cells))
+        # every row full (a verify, a decode step in its own bucket): no padding token
+        full = min(count_list) == width
+        is_real = _all_true(len(seq_list), width) if full else \
+            columns[None, :width] < counts[:, None]
+        positions = lengths[:, None] + columns[None, :width]
+        if not full:
+            positions *= is_real
+        if writes and full:
+            cells = self._lowest_free(sum(count_list)).reshape(len(seq_list), width)
+        else:
+            cells = np.full((seq_ids.size, width), self.scratch_cell, dtype=np.int64)
+            if writes:
+                cells[is_real] = self._lowest_free(sum(count_list))
         table = np.full((seq_ids.size, num_cells), self.scratch_cell, dtype=np.int64)
         for row, (seq, length) in enumerate(zip(seq_list, lengths_list)):
             if length:
                 table[row, :length] = self.seq_cells[seq]
-        mask, mask_window = self._make_masks(positions, is_real, lengths, num_cells, causal)
+        mask, mask_window = self._make_masks(positions, is_real, lengths, num_cells, causal,
+                                             full)
         return StepPlan(seq_ids, counts, positions, cells, table, lengths, mask, mask_window,
-                        self.version, writes)
+                        self.version, is_real, writes)
 
     def commit_step(self, plan: StepPlan) -> None:
         """Apply a plan made against the current version: its tokens' cells become theirs."""
@@ -179,9 +183,10 @@ class CellCache:
         if plan.version != self.version:
             raise InvalidArgument(
                 f"step planned at version {plan.version}, cache is at {self.version}")
-        is_real = plan.is_real
-        new_cells = plan.cells[is_real]
-        self.cell_pos[new_cells] = plan.positions[is_real]
+        full = plan.is_real is _all_true(*plan.cells.shape)  # no padding token
+        new_cells = plan.cells.reshape(-1) if full else plan.cells[plan.is_real]
+        self.cell_pos[new_cells] = plan.positions.reshape(-1) if full else \
+            plan.positions[plan.is_real]
         self.cell_refs[new_cells] += 1
         if (new_cells.size and new_cells[0] == self._free_floor
                 and new_cells[-1] - new_cells[0] + 1 == new_cells.size):
@@ -255,19 +260,24 @@ class CellCache:
         return np.concatenate(found)[:count]  # count > 0 here: found is not empty
 
     def _make_masks(self, positions: np.ndarray, is_real: np.ndarray, lengths: np.ndarray,
-                    num_cells: int, causal: bool) -> tuple[np.ndarray, np.ndarray | None]:
+                    num_cells: int, causal: bool, full: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
         """[S, 1, Q, N + Q] visibility. Column j < N is position j of the row's sequence (its
-        cell_table), column N + u the row's own token u."""
+        cell_table), column N + u the row's own token u. full: every token is real."""
         rows, width = positions.shape
         mask = np.empty((rows, 1, width, num_cells + width), dtype=bool)
-        past = np.arange(num_cells)[None, :] < lengths[:, None]  # [S, N]
-        np.logical_and(past[:, None, :], is_real[:, :, None], out=mask[:, 0, :, :num_cells])
+        past = _columns(num_cells)[None, :num_cells] < lengths[:, None]  # [S, N]
         own = mask[:, 0, :, num_cells:]  # [S, Q, Q]: both tokens real (and causal), or self
-        np.logical_and(is_real[:, :, None], is_real[:, None, :], out=own)
         lower, diagonal = _square_masks(width)
-        if causal:
-            own &= lower
-        own |= diagonal & ~is_real[:, :, None]  # padding sees itself
+        if full:  # (the general case below, with is_real all True)
+            mask[:, 0, :, :num_cells] = past[:, None, :]
+            own[:] = lower if causal else True
+        else:
+            np.logical_and(past[:, None, :], is_real[:, :, None], out=mask[:, 0, :, :num_cells])
+            np.logical_and(is_real[:, :, None], is_real[:, None, :], out=own)
+            if causal:
+                own &= lower
+            own |= diagonal & ~is_real[:, :, None]  # padding sees itself
         if self.window == 0:
             return mask, None
         key_pos = np.concatenate([np.broadcast_to(np.arange(num_cells), (rows, num_cells)),
@@ -308,6 +318,22 @@ class CellCache:
         self.cell_pos[freed] = -1
         if freed.size:
             self._free_floor = min(self._free_floor, int(freed.min()))
+
+
+@lru_cache(maxsize=64)
+def _columns(count: int) -> np.ndarray:
+    """0 .. count - 1 (read-only: shared by every plan)."""
+    columns = np.arange(count, dtype=np.int64)
+    columns.flags.writeable = False
+    return columns
+
+
+@lru_cache(maxsize=64)
+def _all_true(rows: int, width: int) -> np.ndarray:
+    """[rows, width] True (read-only: shared by every plan of that shape)."""
+    true = np.ones((rows, width), dtype=bool)
+    true.flags.writeable = False
+    return true
 
 
 @lru_cache(maxsize=64)

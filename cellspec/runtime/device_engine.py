@@ -64,6 +64,7 @@ class _Session:
         self.bound: dict[tuple[str, bool], tuple] = {}
         self.pools_bound: dict[int, Pools] = {}  # pools bound as inputs (they never move)
         self.outputs_key: tuple | None = None  # (dims, wanted) of the outputs as bound now
+        self.staged: tuple | None = None  # the layout its staged inputs are bound at now
 
 
 class DeviceEngine(Engine):
@@ -87,6 +88,7 @@ class DeviceEngine(Engine):
         self.buffers: dict[str, Buffer] = {}
         self.host: dict[str, np.ndarray] = {}  # inputs a provider reads from host memory
         self.shape_memo: dict[tuple, tuple[dict[str, tuple], list[str]]] = {}
+        self.dims_memo: dict[tuple, dict[str, int]] = {}  # feeds' shapes -> dims (see stage)
         self.sizes: dict[str, int] = {}  # bytes of each input at its largest shape
         arena = 0
         for name, spec in {**self.inputs, **self.outputs}.items():
@@ -109,35 +111,46 @@ class DeviceEngine(Engine):
     def stage(self, feeds: dict[str, np.ndarray]) -> dict[str, int]:
         """Choose the session for the step's shape, copy the host feeds it reads into their
         buffers (async) and bind them; returns the dim values."""
-        dims = step_dims(self.input_dims, {n: a.shape for n, a in feeds.items()})
+        key = tuple((name, array.shape, array.dtype.num) for name, array in feeds.items())
+        dims = self.dims_memo.get(key)
+        if dims is None:
+            dims = step_dims(self.input_dims, {name: shape for name, shape, _ in key})
+            if len(self.dims_memo) >= 256:  # dynamic steps: many shapes, each seen once
+                self.dims_memo.clear()
+            self.dims_memo[key] = dims
+        dims = dict(dims)  # the caller's to extend
         is_wide = dims.get("S", dims.get("O", 1)) > 1 and dims.get("Q", 1) > 1
-        self.active = self.wide if is_wide and self.wide else self.main
+        self.active = session = self.wide if is_wide and self.wide else self.main
         staged = {}
         for name, array in feeds.items():
-            if name not in self.active.inputs:
+            if name not in session.inputs:
                 continue
-            data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)
+            data = array.reshape(-1).view(np.uint8)
             if name in self.host:  # read by the provider on the host: bound there
                 self.host[name][: data.size] = data
                 self._bind(name, array.shape, self.host[name].ctypes.data, True, "cpu")
             else:
                 staged[name] = data
-        offsets, end = self._layout(feeds, staged)
+        layout = (key, session is self.wide)
+        offsets, end = self._layout(layout, staged)
         if staged:
             arena_host = self.staging.take()
             for name, data in staged.items():
                 arena_host[offsets[name]: offsets[name] + data.size] = data
             self.staging.upload(self.arena, end)
-        for name in staged:
-            self._bind(name, feeds[name].shape, self.arena.ptr + offsets[name], is_input=True)
+        if session.staged != layout:  # else bound as the session's last step bound them
+            for name in staged:
+                self._bind(name, feeds[name].shape, self.arena.ptr + offsets[name],
+                           is_input=True)
+            session.staged = layout
         return dims
 
-    def _layout(self, feeds: dict[str, np.ndarray], staged: dict[str, np.ndarray]
-                ) -> tuple[dict[str, int], int]:
+    def _layout(self, key: tuple, staged: dict[str, np.ndarray]) -> tuple[dict[str, int], int]:
         """Where each staged feed goes in the arena, and the end of the last: packed in name
-        order, so a set of feed shapes (a captured CUDA graph's key) always has one layout and
-        the graph replays on the addresses it was captured with."""
-        key = tuple((name, feeds[name].shape, data.size) for name, data in staged.items())
+        order, so a set of feed shapes (`key`; a captured CUDA graph's key) always has one
+        layout and the graph replays on the addresses it was captured with."""
         if key not in self.layouts:
             offsets, end = {}, 0
             for name in sorted(staged):

@@ -1,0 +1,99 @@
+"""The host's side of `ort-cuda`'s decode calls, without a GPU: the IOBinding backend over
+numpy memory (`HostDevice`) with every engine run, device copy and commit replaced by a no-op,
+so what is timed is the Python and numpy work a call costs on the host (planning, staging,
+binding, drawing, the cache's bookkeeping). On the H200 this work is hidden behind the device
+in plain decode chains, but not in a DFlash cycle, whose host waits for the verify's tokens.
+
+    python tools/bench_host.py ARTIFACT [--n-draft 7] [--cycles 200] [--rounds 7]
+
+ARTIFACT: an export with a draft (`cellspec export GGUF DIR --draft ...`). Prints ms per DFlash
+cycle and per plain step at one session (best and median of the rounds), and with `--profile`
+a cProfile of the cycles. The outputs of the no-op runs are whatever the buffers hold, so the
+cycles accept nothing: every cycle drains one token, as a cycle of a draft that misses does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cellspec.artifact import Manifest  # noqa: E402
+from cellspec.runtime import device_engine  # noqa: E402
+from cellspec.runtime.device import HostDevice  # noqa: E402
+from cellspec.runtime.dflash import DFlashExecutor  # noqa: E402
+from cellspec.runtime.ort_device import OrtDeviceBackend, device_limits, device_policy  # noqa: E402
+from cellspec.runtime.types import BatchInput, Sampling  # noqa: E402
+
+
+def host_executor(folder: Path, n_draft: int) -> DFlashExecutor:
+    manifest = Manifest.load(folder)
+    backend = OrtDeviceBackend("ort-host", HostDevice(), ["CPUExecutionProvider"],
+                               device_limits(manifest, 8), device_policy(manifest),
+                               folder / manifest.graphs["sample"], "decomposed")
+    return DFlashExecutor.load(folder, backend=backend, max_sessions=8, n_draft=n_draft)
+
+
+def without_device(executor: DFlashExecutor) -> None:
+    """Every later engine run, device copy, commit and gather does nothing."""
+    device_engine.DeviceEngine._run = lambda self, session, options: None
+    device = executor.backend.device
+    for name in ("commit", "gather", "copy", "upload"):
+        setattr(device, name, lambda *args: None)
+
+
+def time_calls(executor: DFlashExecutor, sid: int, token: int, cycles: int, rounds: int,
+               speculate: bool) -> tuple[list[float], int]:
+    """ms per `execute` call of one session (a cycle when `speculate`, else a plain step),
+    per round; the session is rewound to 128 tokens whenever it passes 900."""
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(cycles):
+            if executor.pos(sid) > 900:
+                executor.rewind(sid, 128)
+            if not speculate:
+                executor.sessions.sessions[sid].draft.pending = None  # a plain step
+            out = executor.execute([BatchInput(sid, (token,), executor.pos(sid))])
+            token = out[0].tokens[-1]
+        times.append(1e3 * (time.perf_counter() - start) / cycles)
+    return times, token
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("artifact", type=Path)
+    parser.add_argument("--n-draft", type=int, default=7)
+    parser.add_argument("--cycles", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    executor = host_executor(args.artifact, args.n_draft)
+    sid = executor.open_session()
+    executor.set_sampling(sid, Sampling(), 1)
+    prompt = tuple(np.random.default_rng(0).integers(3, 1000, 128).tolist())
+    token = executor.execute([BatchInput(sid, prompt, 0)])[0].token
+    without_device(executor)
+    _, token = time_calls(executor, sid, token, 20, 1, True)  # warm the memos
+    for name, speculate in (("DFlash cycle", True), ("plain step", False)):
+        times, token = time_calls(executor, sid, token, args.cycles, args.rounds, speculate)
+        print(f"{name}: host ms best {min(times):.3f}, median {statistics.median(times):.3f} "
+              f"({args.rounds} rounds of {args.cycles})")
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.enable()
+        time_calls(executor, sid, token, args.cycles, 1, True)
+        profile.disable()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+
+
+if __name__ == "__main__":
+    main()
