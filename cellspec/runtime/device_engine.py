@@ -89,6 +89,9 @@ class DeviceEngine(Engine):
         self.host: dict[str, np.ndarray] = {}  # inputs a provider reads from host memory
         self.shape_memo: dict[tuple, tuple[dict[str, tuple], list[str]]] = {}
         self.dims_memo: dict[tuple, dict[str, int]] = {}  # feeds' shapes -> dims (see stage)
+        # the staged step's feeds (names, shapes, dtypes) and session: a static step's CUDA
+        # graph key
+        self.step_key: tuple | None = None
         self.sizes: dict[str, int] = {}  # bytes of each input at its largest shape
         arena = 0
         for name, spec in {**self.inputs, **self.outputs}.items():
@@ -133,7 +136,7 @@ class DeviceEngine(Engine):
                 self._bind(name, array.shape, self.host[name].ctypes.data, True, "cpu")
             else:
                 staged[name] = data
-        layout = (key, session is self.wide)
+        layout = self.step_key = (key, session is self.wide)
         offsets, end = self._layout(layout, staged)
         if staged:
             arena_host = self.staging.take()

@@ -144,7 +144,7 @@ class OrtDeviceBackend(Backend):
         if tokens_from is not None:
             self.device.copy(engine.input_address(names.TOKENS), *tokens_from)
         clock.lap("stage")
-        engine.run(_graph_key(feeds) if static else None)
+        engine.run(engine.step_key if static else None)
         clock.lap("run")
         for p in pools if cells is not None else ():
             pool_table, new_table = p.tables_for(engine)
@@ -354,10 +354,6 @@ def cuda_projections(attention: str) -> str:
 # cores (10-bit mantissa), and float32 artifacts would round differently at every step shape
 # (measured on the H200: greedy tokens changed by speculation in 5% of 200 prompts, sampled 25%)
 CUDA_PROVIDER_OPTIONS = {"device_id": "0", "enable_cuda_graph": "1", "use_tf32": "0"}
-
-
-def _graph_key(feeds: dict[str, np.ndarray]) -> tuple:
-    return tuple(sorted((name, array.shape) for name, array in feeds.items()))
 
 
 # ops the CUDA provider of ONNX Runtime 1.31 has no kernel for, by input element type
