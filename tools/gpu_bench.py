@@ -242,9 +242,7 @@ def _time_chains(executor, sids: list[int], rng, context: int, steps: int, chain
 def engine_seconds_of(executor) -> float:
     """Seconds spent in engine calls so far: the target's, and the draft's where there is one
     (before 2026-12-01 the draft's calls were counted as host time)."""
-    draft = getattr(executor, "draft", None)
-    stats = [*executor.target.stats.values(), *(draft.stats.values() if draft else ())]
-    return sum(s.seconds for s in stats)
+    return sum(seconds for _, seconds in method_calls(executor).values())
 
 
 def host_probe_ms(repeats: int = 5) -> float:
@@ -260,7 +258,8 @@ def host_probe_ms(repeats: int = 5) -> float:
 
 
 def method_calls(executor) -> dict[str, tuple[int, float]]:
-    """(calls, seconds) so far of each engine method of the target and the draft."""
+    """(calls, seconds) so far of each engine method of the target and the draft (whose
+    method names are its own: "draft_context ...", "draft_block ...")."""
     draft = getattr(executor, "draft", None)
     stats = {**(draft.stats if draft else {}), **executor.target.stats}
     return {name: (s.calls, s.seconds) for name, s in stats.items()}

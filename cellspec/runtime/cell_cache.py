@@ -183,10 +183,8 @@ class CellCache:
         if plan.version != self.version:
             raise InvalidArgument(
                 f"step planned at version {plan.version}, cache is at {self.version}")
-        full = plan.is_real is _all_true(*plan.cells.shape)  # no padding token
-        new_cells = plan.cells.reshape(-1) if full else plan.cells[plan.is_real]
-        self.cell_pos[new_cells] = plan.positions.reshape(-1) if full else \
-            plan.positions[plan.is_real]
+        new_cells = plan.cells[plan.is_real]
+        self.cell_pos[new_cells] = plan.positions[plan.is_real]
         self.cell_refs[new_cells] += 1
         if (new_cells.size and new_cells[0] == self._free_floor
                 and new_cells[-1] - new_cells[0] + 1 == new_cells.size):
@@ -266,7 +264,7 @@ class CellCache:
         cell_table), column N + u the row's own token u. full: every token is real."""
         rows, width = positions.shape
         mask = np.empty((rows, 1, width, num_cells + width), dtype=bool)
-        past = _columns(num_cells)[None, :num_cells] < lengths[:, None]  # [S, N]
+        past = _columns(num_cells)[None, :] < lengths[:, None]  # [S, N]
         own = mask[:, 0, :, num_cells:]  # [S, Q, Q]: both tokens real (and causal), or self
         lower, diagonal = _square_masks(width)
         if full:  # (the general case below, with is_real all True)
