@@ -74,6 +74,8 @@
 #   bash tools/gpu_run.sh affinity     # the real SmolLM2 at 1 session pinned to each NUMA node
 #   bash tools/gpu_run.sh survey       # the build, GPU tests, real SmolLM2 (each method's
 #                                      # ms a call), a DFlash cycle on A, profiled
+#   bash tools/gpu_run.sh taps         # the shipped draft continued with other target taps (its
+#                                      # own, the last layer for 27, the last layer added)
 #   PATCHES="a.patch b.patch" bash tools/gpu_run.sh patches
 #                                      # each patch in its own copy of the checkout: op tests,
 #                                      # probe, steps on A and B against this checkout, GPU tests
@@ -742,8 +744,35 @@ case "${1:-}" in
         --profile --out "$OUT/dflash" --work "$WORK/spec" 2>&1 | grep -v "plugin EP" | tail -2 \
         | cut -c1-400
     ;;
+  taps)  # which target layers the draft reads: greedy-gen's data (GEN_S s), then the shipped
+         # draft continued on it for TRAIN_S s with each of TAPS (name:ids; default: its own
+         # 1,14,27, the last layer in place of 27, the last layer added as a fourth tap), all at
+         # once, each evaluated on the held-out prompts and exported; the shipped one evaluated
+    python3 tools/train_dflash.py generate --out "$WORK/g" --samples 12 --greedy-after 128 \
+        --gen-seed 2 --gen-batch 1024 --generate-seconds "${GEN_S:-170}" 2>&1 \
+        | grep -v "^\[generate\] [0-9]" | tail -4
+    cp "$WORK"/g/data.npz "$OUT"/taps_data.npz && cp "$WORK"/g/log.json "$OUT"/taps_gen_log.json
+    python3 tools/train_dflash.py eval --checkpoint "$SHIPPED" --out "$WORK/shipped" \
+        --eval-batch 128 > "$OUT"/eval-shipped.log 2>&1 &
+    for run in ${TAPS:-own:1,14,27 last:1,14,29 four:1,14,27,29}; do
+      python3 tools/train_dflash.py all --out "$WORK/t-${run%%:*}" --data "$WORK/g/data.npz" \
+          --generate-seconds 0 --init "$SHIPPED" --taps "${run#*:}" --lr "${LR:-2e-4}" \
+          --steps 0 --plan-seconds "${TRAIN_S:-250}" --train-seconds "${TRAIN_S:-250}" \
+          --eval-batch 128 > "$OUT/t-${run%%:*}.log" 2>&1 &
+    done
+    wait
+    cp "$WORK"/shipped/log.json "$OUT"/eval-shipped.json
+    for run in ${TAPS:-own:1,14,27 last:1,14,29 four:1,14,27,29}; do
+      name=${run%%:*}
+      cp "$WORK/t-$name/log.json" "$OUT/t-$name.json"
+      mkdir -p "$OUT/draft-$name" && cp "$WORK/t-$name"/draft/* "$OUT/draft-$name"/
+      echo "== $name: $(grep -c . "$OUT/t-$name.log") lines"; grep "tau\|train\]" \
+          "$OUT/t-$name.log" | tail -4 | cut -c1-200
+    done
+    grep "tau" "$OUT"/eval-shipped.log | tail -2 | cut -c1-200
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps" >&2
     exit 2
     ;;
 esac

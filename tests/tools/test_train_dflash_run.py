@@ -237,6 +237,47 @@ def test_init_grows_the_draft_with_identity_layers(overfit, generated, tiny_targ
               "--layers", "1")
 
 
+def test_init_with_taps_reads_new_layers_and_adds_taps_at_zero(overfit, generated, tiny_target,
+                                                               tmp_path):
+    """--taps with --init: the exported draft's fc reads the new layers block by block (its
+    weights unmoved), an added tap's block starts at zero, so the draft's hidden states equal
+    the exported draft's on the taps they share, bit for bit; fewer taps are refused."""
+    draft = overfit[0]
+    assert draft.cfg.tap_layer_ids == (0, 2)
+    ckpt_io.export_draft(tmp_path / "draft", draft.cfg, draft.state_dict())
+    start = ["--init", str(tmp_path / "draft"), "--steps", "1", "--lr", "0", "--weight-decay", "0"]
+    exported = {n: t.half().float() for n, t in draft.state_dict().items()}
+    # `train` passes --taps 0,2 (the draft's own) first; the later --taps wins
+    meta, tensors = train(tmp_path / "swap", generated, tiny_target, *start, "--taps", "0,3")
+    assert DraftConfig(**meta["draft"]).tap_layer_ids == (0, 3)
+    state = ckpt_io.model_state(tensors)
+    for name, tensor in exported.items():
+        assert torch.equal(state[name], tensor), name
+    meta, tensors = train(tmp_path / "add", generated, tiny_target, *start, "--taps", "0,2,3")
+    cfg = DraftConfig(**meta["draft"])
+    assert cfg.tap_layer_ids == (0, 2, 3)
+    state = ckpt_io.model_state(tensors)
+    h = cfg.hidden_size
+    assert state["fc.weight"].shape == (h, 3 * h)
+    assert torch.equal(state["fc.weight"][:, : 2 * h], exported["fc.weight"])
+    assert not state["fc.weight"][:, 2 * h:].any()
+    added, small = DFlashDraft(cfg), DFlashDraft(draft.cfg)
+    added.load_state_dict(state)
+    small.load_state_dict(exported)
+    rng = torch.Generator().manual_seed(0)
+    q, s = cfg.block_size, 7
+    shared = torch.randn(2, s, 2 * h, generator=rng)
+    rest = (torch.randn(2, q, h, generator=rng), torch.arange(s).expand(2, s),
+            torch.arange(s, s + q).expand(2, q), torch.ones(2, q, s + q, dtype=torch.bool))
+    third = 5 * torch.randn(2, s, h, generator=rng)  # whatever the added tap reads
+    with torch.no_grad():
+        assert torch.equal(added(torch.cat([shared, third], -1), *rest), small(shared, *rest))
+    with pytest.raises(SystemExit, match="can only keep or add"):
+        train(tmp_path / "fewer", generated, tiny_target, *start, "--taps", "2")
+    with pytest.raises(SystemExit, match="distinct layer ids"):
+        train(tmp_path / "bad", generated, tiny_target, *start, "--taps", "0,2,9")
+
+
 def test_distill_loss_is_the_kl_to_the_full_targets_next_token_distribution(generated,
                                                                              tiny_target):
     """--distill 1: each row's loss is KL(p || q), p from transformers' own full forward of the

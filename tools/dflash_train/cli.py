@@ -56,7 +56,9 @@ def _train(p: argparse.ArgumentParser) -> None:
     g.add_argument("--intermediate-size", type=int, default=768,
                    help="draft MLP width (0 = the target's)")
     g.add_argument("--block-size", type=int, default=16)
-    g.add_argument("--taps", type=_ints, help="target layer ids, e.g. 1,14,27")
+    g.add_argument("--taps", type=_ints, help="target layer ids, e.g. 1,14,27 (with --init: "
+                   "the draft reads these instead, tap by tap; taps beyond its own count are "
+                   "added with zero weights)")
     g.add_argument("--num-taps", type=int, default=3, help="without --taps: spread this many")
     g.add_argument("--mask-token-id", type=int, help="default: highest unused special token")
     g = p.add_argument_group("training (default: TrainConfig, or the resumed checkpoint's)")

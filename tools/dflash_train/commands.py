@@ -140,6 +140,8 @@ def cmd_train(args: argparse.Namespace, ckpt=None, data=None) -> Path:
         start = load_draft(args.init, device) if args.init else None
         if start is not None and args.layers is not None:
             start = grow_draft(start, args.layers)
+        if start is not None and args.taps:
+            start = retap_draft(start, tuple(args.taps))
         cfg = draft_config(args, ckpt) if start is None else start.cfg
         overrides = {"gamma": default_gamma(cfg.block_size), **train_overrides(args)}
         trainer = make_trainer(ckpt, cfg, TrainConfig(**overrides), device, amp)
@@ -190,6 +192,31 @@ def grow_draft(draft: DFlashDraft, layers: int) -> DFlashDraft:
     say("train", f"grown from {cfg.num_layers} to {layers} layers (new layers start as "
         "identities)")
     return grown.eval().requires_grad_(False)
+
+
+def retap_draft(draft: DFlashDraft, taps: tuple[int, ...]) -> DFlashDraft:
+    """The draft reading the target's layers `taps`: its fc's input block i reads taps[i] in
+    place of its own tap i, and blocks for taps beyond its own count start at zero, so that an
+    added tap changes nothing until training moves it (a replaced one changes what its block
+    reads). Fewer taps than the draft's are refused."""
+    cfg = draft.cfg
+    if taps == cfg.tap_layer_ids:
+        return draft
+    if len(taps) < len(cfg.tap_layer_ids):
+        raise SystemExit(f"train: --taps {','.join(map(str, taps))} with --init: the draft reads "
+                         f"{len(cfg.tap_layer_ids)} taps, and can only keep or add taps")
+    try:
+        retapped = DFlashDraft(replace(cfg, tap_layer_ids=taps)).to(draft.inv_freq.device)
+    except ValueError as error:
+        raise SystemExit(f"train: --taps: {error}") from None
+    state = draft.state_dict()
+    old = state["fc.weight"]
+    fc = torch.zeros(old.shape[0], len(taps) * cfg.hidden_size, dtype=old.dtype,
+                     device=old.device)
+    fc[:, : old.shape[1]] = old
+    retapped.load_state_dict({**state, "fc.weight": fc})
+    say("train", f"taps {list(cfg.tap_layer_ids)} -> {list(taps)} (added taps start at zero)")
+    return retapped.eval().requires_grad_(False)
 
 
 def load_draft(folder: Path, device: torch.device) -> DFlashDraft:
