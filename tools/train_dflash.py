@@ -33,6 +33,10 @@ greedy-gen's data extended over 6,602 prompts SmolLM2 wrote (fourth sitting: `se
 Default draft (5.42M parameters): 2 layers, MLP 768, block 16, gamma 7, taps 1,14,27 (z-lab's
 spacing), mask token 16 (<empty_output>: an untrained special token), AdamW lr 6e-4, 100 warmup
 steps, cosine to 6e-5, 32 sequences x 64 anchors a step. Eval reports tau for n_draft 15, 7, 3.
+`--init DRAFT --layers N` grows a draft with identity layers; `--init DRAFT --taps IDS` retaps
+it (its fc reads the new layers block by block; added taps start at zero). Measured choices
+(bench/NOTES.md): 4 layers gave +0.04 tau over 2 (2026-12-01); the target's last layer in place
+of 27 lost 0.11 and as a fourth tap gave nothing (2026-12-02, seventh sitting).
 
 On the GPU machine (Python 3.12, torch 2.11 + CUDA 13, transformers 5.17, numpy, safetensors,
 tokenizers, jinja2; no `gguf`, no `onnx`, no network): install the carried gguf wheel
