@@ -32,6 +32,7 @@ FLAGS = {
     "max_tokens": "--max-tokens", "temperature": "--temperature", "top_p": "--top-p",
     "top_k": "--top-k", "seed": "--seed", "stop": "--stop", "threads": "--threads",
     "n_draft": "--n-draft", "max_spec_batch": "--max-spec-batch", "backend": "--backend",
+    "draft_threshold": "--draft-threshold",
     "model": "--model", "dtype": "--dtype",
     "static_widths": "--widths", "dynamic_width": "--dynamic-width",
     "max_context": "--max-context", "max_cells": "--max-cells", "taps": "--taps", "out": "OUT",
@@ -158,7 +159,8 @@ def make_llm(args: argparse.Namespace, default_sessions: int, chat: bool | None 
     return LLM(args.model, backend=args.backend, max_sessions=sessions,
                max_session_tokens=args.max_session_tokens, threads=args.threads, chat=chat,
                speculation=False if args.no_speculation else (args.speculation or None),
-               n_draft=args.n_draft, max_spec_batch=args.max_spec_batch)
+               n_draft=args.n_draft, max_spec_batch=args.max_spec_batch,
+               draft_threshold=args.draft_threshold)
 
 
 class PrefillProgress:

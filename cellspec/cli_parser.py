@@ -153,8 +153,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                            help="plain decoding even when the artifact has a DFlash draft "
                                 "(the same text, slower at batch 1)")
     parser.add_argument("--n-draft", type=int, metavar="N",
-                        help="DFlash proposals per cycle (default: the draft's block size - 1, "
-                        "on ort-cpu at most 3, or 2 with int4 weights)")
+                        help="most DFlash proposals per cycle (default: the draft's block size "
+                        "- 1, on ort-cpu at most 7; with --draft-threshold 0 at most 3, or 2 "
+                        "with int4 weights)")
+    parser.add_argument("--draft-threshold", type=float, metavar="T",
+                        help="verify only the proposals while the product of the draft's "
+                        "probabilities stays >= T, in [0, 1) (0: all of them; default: 0.2 on "
+                        "ort-cpu, else 0)")
     parser.add_argument("--max-spec-batch", type=int, metavar="N",
                         help="the most requests that speculate in one step; with more, the step "
                         "decodes plainly (default: no limit, 4 on ort-cpu)")

@@ -38,6 +38,17 @@ __all__ = ["LLM", "RequestOutput", "SamplingParams"]
 # steps, of 3 1.9), and 2 proposals gave 1.31x plain where 3 gave 1.19x. On a GPU a verify of 16
 # costs about a step, and the default stays block - 1.
 CPU_N_DRAFT = {"none": 3, "int4": 2}
+# ... unless the draft's confidence cuts each cycle's proposals: with a draft threshold of 0.2
+# (a cycle verifies its leading proposals while the product of the draft's probabilities stays
+# >= 0.2) and up to 7 proposals, the shipped draft gave 1.42x plain at batch 1 against 1.30x for
+# 2 fixed proposals (int4), and 1.71x against 1.53x for 3 (float32; bench/NOTES.md, seventh
+# sitting of 2026-12-02). So on `ort-cpu` that is the default; with the threshold off
+# (draft_threshold=0), CPU_N_DRAFT again.
+CPU_DRAFT_THRESHOLD, CPU_CUT_N_DRAFT = 0.2, 7
+# With several sessions the cut is the most any of them keeps, and at 4 sessions (int4) 7 cut
+# proposals gave 0.94x plain where 2 gave 1.14x; so a cycle of O sessions proposes at most
+# CPU_MAX_VERIFY_ROWS // O - 1 each (7 at 1 session, 5 at 2, 3 at 3, 2 at 4).
+CPU_MAX_VERIFY_ROWS = 12
 # ... and a cycle for many sessions costs more than it saves: with the shipped draft, speculation
 # gave 1.54x plain at batch 1, 1.2-1.5x at 2, 1.0-1.1x at 4, 0.9x at 8 and 0.73x at 16 (1.07x
 # with this limit; bench/NOTES.md). Above this many pending sessions, `ort-cpu` steps plainly.
@@ -54,21 +65,26 @@ CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 2
 
 
 def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
-                         max_spec_batch: int | None) -> tuple[int | None, int | None]:
-    """Proposals per cycle and the most sessions speculating at once, where the caller left
-    them None: what pays best on this backend (None: the executor's own default, block - 1
-    proposals and no limit)."""
+                         max_spec_batch: int | None, draft_threshold: float | None = None
+                         ) -> tuple[int | None, int | None, float | None]:
+    """Proposals per cycle, the most sessions speculating at once and the draft threshold,
+    where the caller left them None: what pays best on this backend (None: the executor's own
+    default, block - 1 proposals, no limit and no threshold)."""
     from cellspec.runtime.ort_device import cuda_attention  # imported with a backend, not cellspec
 
     if backend == "ort-cpu":
-        best = (CPU_N_DRAFT[manifest.target.quantization], CPU_MAX_SPEC_BATCH)
+        threshold = CPU_DRAFT_THRESHOLD if draft_threshold is None else draft_threshold
+        cut = threshold is not None and threshold != 0  # a bad value is refused by the executor
+        best = (CPU_CUT_N_DRAFT if cut else CPU_N_DRAFT[manifest.target.quantization],
+                CPU_MAX_SPEC_BATCH, CPU_DRAFT_THRESHOLD)
     elif backend == "ort-cuda" and cuda_attention() == "cell":
-        best = (CELL_N_DRAFT, CELL_MAX_SPEC_BATCH)
+        best = (CELL_N_DRAFT, CELL_MAX_SPEC_BATCH, None)
     else:
-        return n_draft, max_spec_batch
+        return n_draft, max_spec_batch, draft_threshold
     assert manifest.draft is not None
     return (min(best[0], manifest.draft.block_size - 1) if n_draft is None else n_draft,
-            best[1] if max_spec_batch is None else max_spec_batch)
+            best[1] if max_spec_batch is None else max_spec_batch,
+            best[2] if draft_threshold is None else draft_threshold)
 
 
 class LLM:
@@ -77,19 +93,23 @@ class LLM:
     prompts in the chat template (default: when the model has one). `speculation`: DFlash
     speculate-verify cycles (default: when the artifact has a draft, as the bundled model is
     exported); the text is the same either way. `n_draft`: proposals per cycle (default: block
-    size - 1, on `ort-cpu` at most CPU_N_DRAFT of the weight format, on `ort-cuda` with
-    CellAttention at most CELL_N_DRAFT). `max_spec_batch`: the most sessions that speculate in
-    one step; with more, the step is plain (default: no limit, CPU_MAX_SPEC_BATCH on `ort-cpu`,
-    CELL_MAX_SPEC_BATCH with CellAttention). `chain_steps`: where the backend runs ahead
-    (`ort-cuda`), steps that only decode run as chains of up to this many (the host plans each
-    step while the device runs the one before; 1 = none)."""
+    size - 1, on `ort-cpu` at most CPU_CUT_N_DRAFT with the draft threshold, CPU_N_DRAFT of the
+    weight format without it, on `ort-cuda` with CellAttention at most CELL_N_DRAFT).
+    `max_spec_batch`: the most sessions that speculate in one step; with more, the step is
+    plain (default: no limit, CPU_MAX_SPEC_BATCH on `ort-cpu`, CELL_MAX_SPEC_BATCH with
+    CellAttention). `draft_threshold` t in [0, 1): each cycle verifies
+    only the leading proposals whose running product of the draft's probabilities stays >= t
+    (at least one; the same text, a narrower verify where the draft is unsure; default:
+    CPU_DRAFT_THRESHOLD on `ort-cpu`, else none; 0: none). `chain_steps`: where the backend
+    runs ahead (`ort-cuda`), steps that only decode run as chains of up to this many (the host
+    plans each step while the device runs the one before; 1 = none)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
                  export_config: ExportConfig | None = None, chat: bool | None = None,
                  max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
                  speculation: bool | None = None, n_draft: int | None = None,
-                 max_spec_batch: int | None = None,
+                 max_spec_batch: int | None = None, draft_threshold: float | None = None,
                  chain_steps: int = DEFAULT_CHAIN_STEPS) -> None:
         self.chain_steps = check_chain_steps(chain_steps)
         if chat is not None and not isinstance(chat, bool):
@@ -106,12 +126,16 @@ class LLM:
                       max_session_tokens=max_session_tokens, threads=threads)
         self.executor: Executor | DFlashExecutor
         if has_draft and speculation is not False:
-            n_draft, max_spec_batch = speculation_defaults(backend, manifest, n_draft,
-                                                           max_spec_batch)
+            n_draft, max_spec_batch, draft_threshold = speculation_defaults(
+                backend, manifest, n_draft, max_spec_batch, draft_threshold)
+            rows = CPU_MAX_VERIFY_ROWS if backend == "ort-cpu" else None
             self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft,
-                                                max_spec_batch=max_spec_batch)
-        elif n_draft is not None or max_spec_batch is not None:
-            name = "n_draft" if n_draft is not None else "max_spec_batch"
+                                                max_spec_batch=max_spec_batch,
+                                                draft_threshold=draft_threshold,
+                                                max_verify_rows=rows)
+        elif n_draft is not None or max_spec_batch is not None or draft_threshold is not None:
+            name = ("n_draft" if n_draft is not None else
+                    "max_spec_batch" if max_spec_batch is not None else "draft_threshold")
             raise InvalidArgument(f"{name} is set, but speculation is off")
         else:
             self.executor = Executor.load(self.folder, **limits)

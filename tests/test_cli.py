@@ -103,6 +103,9 @@ def test_bench_prints_tokens_per_second(artifact):
     (("generate", "x", "--speculation", "--model", "{art}"), "has no draft"),
     (("generate", "x", "--max-spec-batch", 2, "--model", "{art}"),
      "--max-spec-batch is set, but speculation is off"),
+    (("generate", "x", "--draft-threshold", 0.5, "--model", "{art}"),
+     "--draft-threshold is set, but speculation is off"),
+    (("generate", "x", "--draft-threshold", "half"), "invalid float value"),
 ])
 def test_bad_arguments_print_one_line_and_exit_2(artifact, tmp_path, args, message):
     args = [str(a).format(art=artifact, tmp=tmp_path) for a in args]

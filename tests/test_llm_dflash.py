@@ -60,6 +60,15 @@ def test_speculation_switches_are_validated(chat_dflash_artifact, tmp_path_facto
         LLM(chat_dflash_artifact, speculation=False, max_spec_batch=2)
     with pytest.raises(InvalidArgument, match="max_spec_batch 0"):
         LLM(chat_dflash_artifact, max_spec_batch=0)
+    with pytest.raises(InvalidArgument, match="draft_threshold is set, but speculation is off"):
+        LLM(chat_dflash_artifact, speculation=False, draft_threshold=0.5)
+    for bad in (1.0, -0.5, float("nan"), "0.5"):
+        with pytest.raises(InvalidArgument, match="draft_threshold"):
+            LLM(chat_dflash_artifact, draft_threshold=bad)
+    cut = LLM(chat_dflash_artifact, max_sessions=1, draft_threshold=0.25)
+    assert cut.executor.draft_threshold == 0.25
+    assert LLM(chat_dflash_artifact, max_sessions=1, draft_threshold=0).executor.draft_threshold \
+        is None
     with pytest.raises(InvalidArgument, match="speculation"):
         LLM(chat_dflash_artifact, speculation="yes")
     with pytest.raises(InvalidArgument, match="has no draft"):
@@ -100,11 +109,18 @@ def test_bursts_stop_exactly_where_plain_decoding_stops(chat_dflash_artifact, pa
 
 
 def test_cpu_speculates_few_proposals_by_default(tmp_path_factory):
-    """On ort-cpu a cycle proposes at most CPU_N_DRAFT tokens (3 with float weights, 2 with
-    int4), and at most CPU_MAX_SPEC_BATCH sessions speculate at once, unless told otherwise;
+    """On ort-cpu a cycle proposes at most CPU_CUT_N_DRAFT tokens, cut by the draft threshold
+    CPU_DRAFT_THRESHOLD; with the threshold off, at most CPU_N_DRAFT (3 with float weights, 2
+    with int4); at most CPU_MAX_SPEC_BATCH sessions speculate at once, unless told otherwise;
     the text is the same at every n_draft."""
     from cellspec.export import ExportConfig, export
-    from cellspec.llm import CPU_MAX_SPEC_BATCH, CPU_N_DRAFT
+    from cellspec.llm import (
+        CPU_CUT_N_DRAFT,
+        CPU_DRAFT_THRESHOLD,
+        CPU_MAX_SPEC_BATCH,
+        CPU_MAX_VERIFY_ROWS,
+        CPU_N_DRAFT,
+    )
 
     root = tmp_path_factory.mktemp("block-8")
     checkpoint = save_checkpoint(root / "checkpoint")
@@ -117,19 +133,27 @@ def test_cpu_speculates_few_proposals_by_default(tmp_path_factory):
            progress=False, draft=draft)
     params = SamplingParams(max_tokens=16, temperature=0.8, seed=2, ignore_eos=True)
     default = LLM(root / "artifact", max_sessions=1)
-    assert CPU_N_DRAFT == {"none": 3, "int4": 2} and default.executor.n_draft == 3
+    assert CPU_CUT_N_DRAFT == 7 and default.executor.n_draft == 7  # the block's 8 - 1
+    assert CPU_DRAFT_THRESHOLD == 0.2 and default.executor.draft_threshold == 0.2
     assert CPU_MAX_SPEC_BATCH == 4 and default.executor.max_spec_batch == 4
+    assert CPU_MAX_VERIFY_ROWS == 12 and default.executor.max_verify_rows == 12
+    uncut = LLM(root / "artifact", max_sessions=1, draft_threshold=0)
+    assert CPU_N_DRAFT == {"none": 3, "int4": 2} and uncut.executor.n_draft == 3
+    assert uncut.executor.draft_threshold is None
     wide = LLM(root / "artifact", max_sessions=1, n_draft=7, max_spec_batch=9)
     assert wide.executor.n_draft == 7 and wide.executor.max_spec_batch == 9
     plain = LLM(root / "artifact", max_sessions=1, speculation=False)
     expected = plain.generate([PROMPTS[0]], params)[0].token_ids
     assert default.generate([PROMPTS[0]], params)[0].token_ids == expected
     assert wide.generate([PROMPTS[0]], params)[0].token_ids == expected
+    assert uncut.generate([PROMPTS[0]], params)[0].token_ids == expected
+    assert default.executor.stats.cycles > 0 and uncut.executor.stats.cycles > 0
     export(checkpoint, root / "int4", ExportConfig(static_widths=(1, 2, 4, 8), dynamic_width=32,
                                                    max_context=256, max_cells=1024,
                                                    quantize="int4"), progress=False, draft=draft)
     int4 = LLM(root / "int4", max_sessions=1)
-    assert int4.executor.n_draft == 2 and int4.executor.max_spec_batch == 4
+    assert int4.executor.n_draft == 7 and int4.executor.max_spec_batch == 4
+    assert LLM(root / "int4", max_sessions=1, draft_threshold=0).executor.n_draft == 2
     expected = LLM(root / "int4", max_sessions=1, speculation=False).generate([PROMPTS[0]], params)
     assert int4.generate([PROMPTS[0]], params)[0].token_ids == expected[0].token_ids
 
@@ -139,20 +163,24 @@ def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypat
     sessions; ort-cuda with CellAttention 7 proposals and at most 2 sessions; ort-cuda with
     standard-op attention the executor's own (block - 1, no limit). Given values are kept."""
     from cellspec.artifact import Manifest
-    from cellspec.llm import speculation_defaults
+    from cellspec.llm import CPU_DRAFT_THRESHOLD, CPU_N_DRAFT, speculation_defaults
 
     small = Manifest.load(chat_dflash_artifact)  # a block of 4: at most 3 proposals
     assert small.draft.block_size == 4
     manifest = dataclasses.replace(small, draft=dataclasses.replace(small.draft, block_size=16))
-    assert speculation_defaults("ort-cpu", manifest, None, None) == (3, 4)
+    assert speculation_defaults("ort-cpu", manifest, None, None) == (7, 4, CPU_DRAFT_THRESHOLD)
+    assert speculation_defaults("ort-cpu", small, None, None) == (3, 4, CPU_DRAFT_THRESHOLD)
+    assert speculation_defaults("ort-cpu", manifest, None, None, 0.0) == (
+        CPU_N_DRAFT["none"], 4, 0.0)  # the threshold off: few proposals
+    assert speculation_defaults("ort-cpu", manifest, 5, None, 0.5) == (5, 4, 0.5)
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
-    assert speculation_defaults("ort-cuda", manifest, None, None) == (7, 2)
-    assert speculation_defaults("ort-cuda", small, None, None) == (3, 2)
-    assert speculation_defaults("ort-cuda", manifest, 12, 8) == (12, 8)
+    assert speculation_defaults("ort-cuda", manifest, None, None) == (7, 2, None)
+    assert speculation_defaults("ort-cuda", small, None, None) == (3, 2, None)
+    assert speculation_defaults("ort-cuda", manifest, 12, 8, 0.3) == (12, 8, 0.3)
     monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION")
-    assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None)
+    assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None, None)
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")
-    assert speculation_defaults("ort-cuda", manifest, 5, None) == (5, None)
+    assert speculation_defaults("ort-cuda", manifest, 5, None) == (5, None, None)
 
 
 def test_a_draft_with_a_proposal_vocab_changes_no_token(tmp_path_factory):

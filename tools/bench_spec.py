@@ -48,6 +48,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="sample at this temperature (seeded: the same text either way)")
     parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--draft-thresholds", default="",
+                        help="comma-separated draft thresholds, each run with every n_draft "
+                        "(0: none; default: as LLM sets it)")
     parser.add_argument("--max-spec-batch", type=int,
                         help="the most sessions speculating in one step (default: LLM's, 4 on "
                         "ort-cpu)")
@@ -112,16 +115,19 @@ def main() -> None:
     print(f"{folder}: {what}, {args.threads} threads, max_spec_batch "
           f"{args.max_spec_batch or 'as LLM sets it'}, {args.repeats} run(s) of each")
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
-    print(f"{'batch':>5} {'n_draft':>7} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} "
-          f"{'range':>11} {'tau':>5} "
+    thresholds = ([float(t) for t in args.draft_thresholds.split(",")]
+                  if args.draft_thresholds else [None])
+    print(f"{'batch':>5} {'n_draft':>7} {'thresh':>6} {'plain tok/s':>12} {'spec tok/s':>11} "
+          f"{'speedup':>8} {'range':>11} {'tau':>5} {'prop/cycle':>10} "
           f"{'acc/cycle':>9} {'cycle/step':>10} {'same text':>9}")
     for batch in [int(b) for b in args.batches.split(",")]:
         prompts = texts or [PROMPT] * batch
         plain = LLM(args.plain_artifact or folder, max_sessions=batch, threads=args.threads,
                     speculation=False)
         specs = [LLM(folder, max_sessions=batch, threads=args.threads, speculation=True,
-                     n_draft=n_draft, max_spec_batch=args.max_spec_batch)
-                 for n_draft in n_drafts]
+                     n_draft=n_draft, max_spec_batch=args.max_spec_batch,
+                     draft_threshold=threshold)
+                 for n_draft in n_drafts for threshold in thresholds]
         plain_rates, spec_rates, same = [], [[] for _ in specs], [True] * len(specs)
         for repeat in range(args.repeats):  # plain, then each speculative LLM, in turn
             sampling = dict(temperature=args.temperature, top_p=args.top_p)
@@ -139,9 +145,12 @@ def main() -> None:
             stats = spec.executor.stats
             cycle = stats.seconds.get("round", 0.0) / max(stats.rounds, 1)  # a cycle per owner
             ratios = [s / p for s, p in zip(spec_rates[i], plain_rates)]
-            print(f"{batch:>5} {spec.executor.n_draft:>7} {median(plain_rates):>12.1f} "
+            threshold = spec.executor.draft_threshold
+            print(f"{batch:>5} {spec.executor.n_draft:>7} {threshold or '-':>6} "
+                  f"{median(plain_rates):>12.1f} "
                   f"{median(spec_rates[i]):>11.1f} {median(ratios):>8.2f} "
                   f"{f'{min(ratios):.2f}-{max(ratios):.2f}':>11} {stats.tau:>5.2f} "
+                  f"{stats.proposed / max(stats.cycles, 1):>10.2f} "
                   f"{stats.accepted / max(stats.cycles, 1):>9.2f} {cycle / step_seconds:>10.2f} "
                   f"{str(same[i]):>9}")
             print_breakdown(spec, step_seconds)

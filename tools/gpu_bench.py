@@ -635,12 +635,15 @@ def cmd_smollm2(args) -> None:
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
     batches = [int(b) for b in args.batches.split(",")]
     chains = [int(c) for c in args.chain_steps.split(",")]
-    runs = [(False, None, c) for c in chains] + [(True, n, chains[-1]) for n in n_drafts]
-    for speculation, n_draft, chain_steps in runs:
+    thresholds = ([float(t) for t in args.draft_thresholds.split(",")]
+                  if args.draft_thresholds else [None])
+    runs = [(False, None, None, c) for c in chains] + [
+        (True, n, t, chains[-1]) for n in n_drafts for t in thresholds]
+    for speculation, n_draft, threshold, chain_steps in runs:
         llm = LLM(folder, backend=BACKEND[0], max_sessions=max(8, *batches),
                   speculation=speculation, n_draft=n_draft,
                   max_spec_batch=args.max_spec_batch if speculation else None,
-                  chain_steps=chain_steps)
+                  draft_threshold=threshold, chain_steps=chain_steps)
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
         # batch 1: the prompts one after another; batch 8: 8 at a time. Answers end at eos
         # (the same tokens with and without speculation, so tokens/s compare)
@@ -661,6 +664,7 @@ def cmd_smollm2(args) -> None:
             cycles, accepted = ((stats.cycles - before[0], stats.accepted - before[1]) if stats
                                 else (0, 0))
             rows.append({"speculation": speculation, "n_draft": getattr(llm.executor, "n_draft",
+                         None), "draft_threshold": getattr(llm.executor, "draft_threshold",
                          None), "chain_steps": chain_steps, "batch": batch,
                          "temperature": args.temperature, "top_p": args.top_p,
                          "prompts": len(prompts), "tokens": tokens,
@@ -761,6 +765,9 @@ def main() -> None:
                                             help="also write a cProfile of the calls per batch")
     commands.choices["smollm2"].add_argument(
         "--n-draft", help="proposals per cycle to compare, e.g. 15,7 (default: block size - 1)")
+    commands.choices["smollm2"].add_argument(
+        "--draft-thresholds", help="draft thresholds to compare, each with every n_draft, e.g. "
+        "0,0.2 (0: none; default: the LLM's)")
     commands.choices["smollm2"].add_argument("--batches", default="1,8",
                                              help="sessions generating at once, e.g. 1,2,4,8")
     commands.choices["smollm2"].add_argument("--temperature", type=float, default=0.0)

@@ -74,6 +74,8 @@
 #   bash tools/gpu_run.sh affinity     # the real SmolLM2 at 1 session pinned to each NUMA node
 #   bash tools/gpu_run.sh survey       # the build, GPU tests, real SmolLM2 (each method's
 #                                      # ms a call), a DFlash cycle on A, profiled
+#   bash tools/gpu_run.sh threshold    # GPU tests; the real SmolLM2 speculating with each draft
+#                                      # threshold of THRESHOLDS (0,0.2)
 #   bash tools/gpu_run.sh taps         # the shipped draft continued with other target taps (its
 #                                      # own, the last layer for 27, the last layer added)
 #   PATCHES="a.patch b.patch" bash tools/gpu_run.sh patches
@@ -744,6 +746,18 @@ case "${1:-}" in
         --profile --out "$OUT/dflash" --work "$WORK/spec" 2>&1 | grep -v "plugin EP" | tail -2 \
         | cut -c1-400
     ;;
+  threshold)  # the GPU tests, then the real SmolLM2 (CellAttention) speculating with 7
+              # proposals and each draft threshold of THRESHOLDS (default 0,0.2), ROUNDS (2)
+              # times, plain in each process
+    python3 -m cellspec.plugins.build 2>&1 | tail -1
+    gpu_tests
+    for round in $(seq "${ROUNDS:-2}"); do
+      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+          --draft "$SHIPPED" --n-draft 7 --draft-thresholds "${THRESHOLDS:-0,0.2}" \
+          --batches 1,8 --tokens 96 --out "$OUT/threshold-$round" --work "$WORK" 2>&1 \
+          | grep -v "plugin EP" | tail -6 | cut -c1-260
+    done
+    ;;
   taps)  # which target layers the draft reads: greedy-gen's data (GEN_S s), then the shipped
          # draft continued on it for TRAIN_S s with each of TAPS (name:ids; default: its own
          # 1,14,27, the last layer in place of 27, the last layer added as a fourth tap), all at
@@ -772,7 +786,7 @@ case "${1:-}" in
     grep "tau" "$OUT"/eval-shipped.log | tail -2 | cut -c1-200
     ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold" >&2
     exit 2
     ;;
 esac

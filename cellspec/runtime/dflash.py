@@ -9,6 +9,14 @@ one cycle (drain, draft, verify, commit accepted + 1) instead of a plain step. A
 runs a plain target step. Target tokens are drawn with the uniform of their position, so the
 text equals plain decoding's at any temperature.
 
+`draft_threshold` t (0 < t < 1): each cycle proposes only as far as the draft is confident, the
+leading proposals whose running product of the draft's probabilities stays >= t (at least one,
+at most n_draft; the most any owner keeps when several speculate), so that a verify is not
+widened for proposals that will likely be rejected (on the CPU a verify costs more with every
+row). The verify is unchanged, so the text is too. `max_verify_rows`: a cycle of O owners
+proposes at most max_verify_rows // O - 1 tokens each (at least one), so that the verify of
+many sessions stays narrow.
+
 `max_spec_batch`: when more inputs of one batch could speculate, they all take a plain step
 instead (their taps wait in the pool and are drained at the next cycle). On the CPU a verify
 costs about its width in steps, so a cycle for many sessions costs more than it saves.
@@ -24,6 +32,7 @@ from typing import Protocol
 
 import numpy as np
 
+from cellspec import artifact as names
 from cellspec.errors import InvalidArgument
 from cellspec.manifest_fields import is_int
 from cellspec.runtime.backend import Backend
@@ -57,7 +66,9 @@ class SpecStats:
 class DFlashExecutor(Executor):
     def __init__(self, *args, draft: DraftModel | None = None,
                  proposer: Proposer | None = None, n_draft: int | None = None,
-                 max_spec_batch: int | None = None) -> None:
+                 max_spec_batch: int | None = None,
+                 draft_threshold: float | None = None,
+                 max_verify_rows: int | None = None) -> None:
         super().__init__(*args)
         self.draft = draft
         self.proposer = proposer or draft
@@ -73,21 +84,33 @@ class DFlashExecutor(Executor):
             raise InvalidArgument(f"max_spec_batch {max_spec_batch!r}: expected an int >= 1 or "
                                   "None (no limit)")
         self.max_spec_batch = None if max_spec_batch is None else int(max_spec_batch)
+        self.draft_threshold = check_draft_threshold(draft_threshold)
+        self.max_verify_rows = check_max_verify_rows(max_verify_rows)
+        if self.draft_threshold is not None and (
+                proposer is not None or draft is None
+                or names.LOGITS not in draft.block.outputs):
+            raise InvalidArgument("draft_threshold needs the artifact's draft, whose draft_block "
+                                  f"outputs {names.LOGITS}")
         self.stats = SpecStats()
 
     @classmethod
     def load(cls, artifact: str | Path, backend: str | Backend = "ort-cpu", max_sessions: int = 8,
              max_session_tokens: int = 0, threads: int | None = None,
              proposer: Proposer | None = None, n_draft: int | None = None,
-             max_spec_batch: int | None = None) -> DFlashExecutor:
+             max_spec_batch: int | None = None,
+             draft_threshold: float | None = None,
+             max_verify_rows: int | None = None) -> DFlashExecutor:
         """Load an artifact with its draft (or, for tests, any `proposer`)."""
+        check_draft_threshold(draft_threshold)  # before the engines load
+        check_max_verify_rows(max_verify_rows)
         parts = load_parts(artifact, backend, max_sessions, max_session_tokens, threads)
         folder, manifest, engines = parts[:3]
         if proposer is None and manifest.draft is None:
             raise InvalidArgument(f"{artifact}: the artifact has no draft (export with --draft)")
         draft = None if proposer else DraftModel(folder, manifest, engines)
         return cls(*parts, draft=draft, proposer=proposer, n_draft=n_draft,
-                   max_spec_batch=max_spec_batch)
+                   max_spec_batch=max_spec_batch, draft_threshold=draft_threshold,
+                   max_verify_rows=max_verify_rows)
 
     # -- session hooks: the draft cache follows the target ---------------------------------
 
@@ -179,8 +202,16 @@ class DFlashExecutor(Executor):
         sids = [item.sid for item in items]
         self._drain(sids)
         requests = [ProposalRequest(item.sid, item.tokens[0], item.position) for item in items]
-        proposals = self.proposer.propose(requests, self.n_draft)  # [O, n]
-        width = self.n_draft + 1
+        n_draft = self.n_draft
+        if self.max_verify_rows is not None:
+            n_draft = max(1, min(n_draft, self.max_verify_rows // len(requests) - 1))
+        if self.draft_threshold is not None and self.proposer is self.draft:
+            proposals, probs = self.draft.propose_with_confidence(requests, n_draft)
+            proposals = proposals[:, : confident_length(probs, self.draft_threshold)]
+        else:  # no threshold, or a proposer without probabilities (tests swap one in)
+            proposals = self.proposer.propose(requests, n_draft)  # [O, n]
+        n_draft = proposals.shape[1]
+        width = n_draft + 1
         # verify [anchor, d1..dn] of every owner in one target forward: every row is drawn
         # with the uniform of the position its token would occupy, as plain decoding would
         tokens = np.concatenate([[r.anchor, *p] for r, p in zip(requests, proposals)])
@@ -196,7 +227,7 @@ class DFlashExecutor(Executor):
             # commit anchor + accepted proposals; the rejected tail leaves the target cache
             self.cache.rewind(request.sid, request.position + accepted + 1)
             self._state(request.sid).pending = burst[-1]
-            self._count(accepted)
+            self._count(accepted, n_draft)
             bursts.append(burst)
         self.stats.rounds += 1
         self.stats.seconds["round"] = self.stats.seconds.get("round", 0.0) + (
@@ -206,11 +237,11 @@ class DFlashExecutor(Executor):
     def _state(self, sid: int) -> DraftState:
         return self.sessions.sessions[sid].draft
 
-    def _count(self, accepted: int) -> None:
+    def _count(self, accepted: int, n_draft: int) -> None:
         self.stats.cycles += 1
-        self.stats.proposed += self.n_draft
+        self.stats.proposed += n_draft
         self.stats.accepted += accepted
-        self.stats.bonus += accepted == self.n_draft
+        self.stats.bonus += accepted == n_draft
 
     def _drain(self, sids: list[int]) -> None:
         """Push every owner's undrained positions (draft frontier .. target frontier) through
@@ -224,3 +255,31 @@ class DFlashExecutor(Executor):
         seq_ids = np.concatenate([np.full(end - start, sid) for sid, start, end in runs])
         cells = np.concatenate([self.cache.cells_of(sid)[start:end] for sid, start, end in runs])
         self.draft.drain(seq_ids.astype(np.int64), cells, self.target.taps)
+
+
+def check_draft_threshold(threshold: float | None) -> float | None:
+    """None, or a real number in [0, 1) as a float (0: every cycle proposes n_draft)."""
+    if threshold is None:
+        return None
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
+            or not 0.0 <= float(threshold) < 1.0:
+        raise InvalidArgument(f"draft_threshold {threshold!r}: expected a number in [0, 1) "
+                              "(0: no cut) or None")
+    return None if float(threshold) == 0.0 else float(threshold)
+
+
+def check_max_verify_rows(rows: int | None) -> int | None:
+    """None, or an int >= 2 (a verify row for the anchor, one for a proposal) as an int."""
+    if rows is not None and not (is_int(rows) and rows >= 2):
+        raise InvalidArgument(f"max_verify_rows {rows!r}: expected an int >= 2 or None (no "
+                              "limit)")
+    return None if rows is None else int(rows)
+
+
+def confident_length(probs: np.ndarray, threshold: float) -> int:
+    """How many proposals a cycle verifies: for each owner (a row of probs [O, n], the draft's
+    probability of each proposal), the leading proposals whose running product stays >=
+    threshold, at least 1; the most of any owner, so that every owner's verify is equally wide."""
+    confident = np.cumprod(probs, axis=1) >= threshold
+    # the running product only falls, so the confident rows are a prefix
+    return max(1, int(confident.sum(axis=1).max()))

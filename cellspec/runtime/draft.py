@@ -4,7 +4,8 @@
 taps pool where the backend keeps it) through `draft_context`; the backend commits the resulting
 keys/values into the draft pools. `propose` runs `draft_block` on
 [anchor, mask...] blocks of up to `max_owners` sessions per call; the graph reads out only block
-rows 1..n_draft (`proposal_rows`) and returns their argmax (`proposals`).
+rows 1..n_draft (`proposal_rows`) and returns their argmax (`proposals`) and logits;
+`propose_with_confidence` also fetches the logits, for the draft's probability of each proposal.
 """
 
 from __future__ import annotations
@@ -70,11 +71,25 @@ class DraftModel:
 
     def propose(self, requests: list[ProposalRequest], n_draft: int) -> np.ndarray:
         """[len(requests), n_draft] greedy proposals, `max_owners` blocks per draft_block call."""
-        owners = self.method.max_owners
-        chunks = [requests[i: i + owners] for i in range(0, len(requests), owners)]
-        return np.concatenate([self._propose_chunk(chunk, n_draft) for chunk in chunks])
+        return np.concatenate([self._propose_chunk(chunk, n_draft)[0]
+                               for chunk in self._chunks(requests)])
 
-    def _propose_chunk(self, requests: list[ProposalRequest], n_draft: int) -> np.ndarray:
+    def propose_with_confidence(self, requests: list[ProposalRequest],
+                                n_draft: int) -> tuple[np.ndarray, np.ndarray]:
+        """The proposals as `propose` gives them, and the draft's probability of each [len(
+        requests), n_draft]: its softmax's largest value at that block row (over the proposal
+        vocabulary where the draft has one), from the block's logits."""
+        parts = [self._propose_chunk(chunk, n_draft, confidence=True)
+                 for chunk in self._chunks(requests)]
+        return (np.concatenate([proposals for proposals, _ in parts]),
+                np.concatenate([probs for _, probs in parts]))
+
+    def _chunks(self, requests: list[ProposalRequest]) -> list[list[ProposalRequest]]:
+        owners = self.method.max_owners
+        return [requests[i: i + owners] for i in range(0, len(requests), owners)]
+
+    def _propose_chunk(self, requests: list[ProposalRequest], n_draft: int,
+                       confidence: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         block, count = self.method.block_size, len(requests)
         seqs = np.array([r.sid for r in requests], dtype=np.int64)
         longest = max(self.cache.pos(int(s)) for s in seqs)
@@ -88,9 +103,16 @@ class DraftModel:
         feeds = {names.TOKENS: tokens, names.POSITIONS: plan.positions,
                  names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask,
                  names.PROPOSAL_ROWS: self._rows(n_draft)}
+        wanted = [names.PROPOSALS, names.LOGITS] if confidence else [names.PROPOSALS]
         out = self._run(self.block, f"draft_block [{shape.rows}x{block}]", count, feeds,
-                        [names.PROPOSALS], static=shape.is_static)
-        return out[names.PROPOSALS].reshape(-1, n_draft)[:count].astype(np.int64)
+                        wanted, static=shape.is_static)
+        proposals = out[names.PROPOSALS].reshape(-1, n_draft)[:count].astype(np.int64)
+        if not confidence:
+            return proposals, None
+        logits = out[names.LOGITS][: count * n_draft]
+        # the largest softmax value of a row: 1 / sum(exp(logits - max))
+        spread = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return proposals, (1.0 / spread.sum(axis=1)).reshape(count, n_draft)
 
     @staticmethod
     @functools.cache

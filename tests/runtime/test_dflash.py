@@ -6,7 +6,7 @@ import pytest
 
 from cellspec.errors import InvalidArgument, InvalidCheckpoint
 from cellspec.export import export
-from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.dflash import DFlashExecutor, confident_length
 from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput, Sampling
 from tests.conftest import make_tiny_model
@@ -126,6 +126,125 @@ def test_bad_n_draft_and_target_only_artifact(dflash_artifact, tiny_artifact):
     assert limited.max_spec_batch == 3 and type(limited.max_spec_batch) is int
     with pytest.raises(InvalidArgument, match="no draft"):
         DFlashExecutor.load(tiny_artifact)
+
+
+def test_confident_length_is_the_longest_confident_prefix_of_any_owner():
+    probs = np.array([[0.9, 0.8, 0.5, 0.9],    # running product 0.9, 0.72, 0.36, 0.324
+                      [0.3, 0.9, 0.9, 0.9]])   # 0.3, 0.27, 0.243, 0.2187
+    assert confident_length(probs, 0.5) == 2
+    assert confident_length(probs, 0.3) == 4
+    assert confident_length(probs[1:], 0.5) == 1  # no confident proposal: still one
+    assert confident_length(probs, 0.95) == 1
+    assert confident_length(probs[1:], 0.25) == 2
+    assert confident_length(probs[1:], 0.24) == 3
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLINGS))
+@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("threshold", [2e-3, 1e-4])
+def test_a_draft_threshold_cuts_proposals_and_keeps_the_text(dflash_artifact, name, count,
+                                                             threshold):
+    """Each cycle verifies the proposals the random draft is confident of (its probabilities
+    here are mostly 0.03-0.08, so these thresholds keep 1-4 of 4); the text equals plain
+    decoding's."""
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=8, draft_threshold=threshold)
+    sampling = SAMPLINGS[name]
+    texts = prompts(count, seed=31)
+    plain = [run_alone(plain_executor(spec), p, sampling, seed=70 + i, steps=24)
+             for i, p in enumerate(texts)]
+    widths = []
+    confident = spec.draft.propose_with_confidence
+
+    def recorded(requests, n_draft):
+        proposals, probs = confident(requests, n_draft)
+        assert n_draft == 4 and np.array_equal(proposals, spec.draft.propose(requests, n_draft))
+        # each probability is the draft's softmax at its proposal, within (0, 1]
+        assert ((probs > 0) & (probs <= 1)).all()
+        widths.extend([confident_length(probs, threshold)] * len(requests))
+        return proposals, probs
+
+    spec.draft.propose_with_confidence = recorded
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, seed=70 + i)
+    assert spec_decode(spec, sids, texts, 20) == [p[:20] for p in plain]
+    assert spec.stats.cycles == len(widths) > 0
+    assert spec.stats.proposed == sum(widths) < 4 * len(widths), widths  # cycles were cut
+    assert count > 1 or len(set(widths)) > 1, widths  # alone, the cut moves from cycle to cycle
+    assert spec.stats.accepted <= spec.stats.proposed
+
+
+@pytest.mark.parametrize("threshold", [None, 1e-4])
+def test_max_verify_rows_narrows_the_cycles_of_many_sessions(dflash_artifact, threshold):
+    """With max_verify_rows 6, a cycle of one session proposes min(4, 6 - 1) = 4 tokens (at
+    most), of two 6 // 2 - 1 = 2, of three or more 1; the text equals plain decoding's."""
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=8, max_verify_rows=6,
+                               draft_threshold=threshold)
+    sampling = SAMPLINGS["sampled"]
+    texts = prompts(3, seed=12)
+    plain = [run_alone(plain_executor(spec), p, sampling, seed=40 + i, steps=24)
+             for i, p in enumerate(texts)]
+    asked = []
+    draft = spec.draft
+    propose, confident = draft.propose, draft.propose_with_confidence
+    draft.propose = lambda requests, n: asked.append((len(requests), n)) or propose(requests, n)
+    draft.propose_with_confidence = (
+        lambda requests, n: asked.append((len(requests), n)) or confident(requests, n))
+    for count in (3, 2, 1):
+        sids = [spec.open_session() for _ in range(count)]
+        for i, sid in enumerate(sids):
+            spec.set_sampling(sid, sampling, seed=40 + i)
+        assert spec_decode(spec, sids, texts[:count], 20) == [p[:20] for p in plain[:count]]
+        for sid in sids:
+            spec.close_session(sid)
+    assert {owners for owners, _ in asked} == {1, 2, 3}
+    assert all(n == {1: 4, 2: 2, 3: 1}[owners] for owners, n in asked), asked
+    for bad in (1, 0, 2.5, True, "6"):
+        with pytest.raises(InvalidArgument, match="max_verify_rows"):
+            DFlashExecutor.load(dflash_artifact, max_verify_rows=bad)
+
+
+def test_the_draft_probabilities_are_the_blocks_softmax_at_each_proposal(dflash_artifact):
+    """propose_with_confidence against the draft_block's own logits, softmax in float64."""
+    from cellspec import artifact as names
+    from cellspec.runtime.draft import ProposalRequest
+
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=2)
+    sid = spec.open_session()
+    spec.set_sampling(sid, Sampling(), seed=0)
+    spec_decode(spec, [sid], prompts(1, seed=5), 3)
+    request = ProposalRequest(sid, spec.sessions.sessions[sid].draft.pending, spec.pos(sid))
+    logits = []
+    run = spec.draft._run
+
+    def keep(engine, method, count, feeds, outputs, *args, **kwargs):
+        out = run(engine, method, count, feeds, outputs, *args, **kwargs)
+        logits.append(np.asarray(out[names.LOGITS], dtype=np.float64))
+        return out
+
+    spec.draft._run = keep
+    proposals, probs = spec.draft.propose_with_confidence([request], 3)
+    want = np.exp(logits[0][:3] - logits[0][:3].max(axis=1, keepdims=True))
+    want /= want.sum(axis=1, keepdims=True)
+    assert probs.shape == proposals.shape == (1, 3)
+    np.testing.assert_allclose(probs[0], want[np.arange(3), proposals[0]], rtol=1e-5)
+    np.testing.assert_array_equal(proposals[0], logits[0][:3].argmax(axis=1))
+
+
+def test_bad_draft_thresholds_are_refused(dflash_artifact):
+    for bad in (-0.1, 1.0, 1.5, float("nan"), float("inf"), True, "0.5", np.array([0.5])):
+        with pytest.raises(InvalidArgument, match="draft_threshold"):
+            DFlashExecutor.load(dflash_artifact, draft_threshold=bad)
+    assert DFlashExecutor.load(dflash_artifact, draft_threshold=0).draft_threshold is None
+    assert DFlashExecutor.load(dflash_artifact,
+                               draft_threshold=np.float32(0.25)).draft_threshold == 0.25
+
+    class Fixed:
+        def propose(self, requests, n_draft):
+            return np.zeros((len(requests), n_draft), np.int64)
+
+    with pytest.raises(InvalidArgument, match="draft_threshold needs the artifact's draft"):
+        DFlashExecutor.load(dflash_artifact, proposer=Fixed(), draft_threshold=0.5)
 
 
 @pytest.mark.parametrize("change, field", [
