@@ -46,8 +46,8 @@ CPU_N_DRAFT = {"none": 3, "int4": 2}
 # (draft_threshold=0), CPU_N_DRAFT again.
 CPU_DRAFT_THRESHOLD, CPU_CUT_N_DRAFT = 0.2, 7
 # With several sessions the cut is the most any of them keeps, and at 4 sessions (int4) 7 cut
-# proposals gave 0.94x plain where 2 gave 1.14x; so a cycle of O sessions proposes at most
-# CPU_MAX_VERIFY_ROWS // O - 1 each (7 at 1 session, 5 at 2, 3 at 3, 2 at 4).
+# proposals gave 0.94x plain where 2 gave 1.14x; so with the cut, a cycle of O sessions
+# proposes at most CPU_MAX_VERIFY_ROWS // O - 1 each (7 at 1 session, 5 at 2, 3 at 3, 2 at 4).
 CPU_MAX_VERIFY_ROWS = 12
 # ... and a cycle for many sessions costs more than it saves: with the shipped draft, speculation
 # gave 1.54x plain at batch 1, 1.2-1.5x at 2, 1.0-1.1x at 4, 0.9x at 8 and 0.73x at 16 (1.07x
@@ -128,7 +128,8 @@ class LLM:
         if has_draft and speculation is not False:
             n_draft, max_spec_batch, draft_threshold = speculation_defaults(
                 backend, manifest, n_draft, max_spec_batch, draft_threshold)
-            rows = CPU_MAX_VERIFY_ROWS if backend == "ort-cpu" else None
+            # the row limit goes with the cut (fixed proposals stay as asked)
+            rows = CPU_MAX_VERIFY_ROWS if backend == "ort-cpu" and draft_threshold else None
             self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft,
                                                 max_spec_batch=max_spec_batch,
                                                 draft_threshold=draft_threshold,

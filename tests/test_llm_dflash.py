@@ -139,7 +139,7 @@ def test_cpu_speculates_few_proposals_by_default(tmp_path_factory):
     assert CPU_MAX_VERIFY_ROWS == 12 and default.executor.max_verify_rows == 12
     uncut = LLM(root / "artifact", max_sessions=1, draft_threshold=0)
     assert CPU_N_DRAFT == {"none": 3, "int4": 2} and uncut.executor.n_draft == 3
-    assert uncut.executor.draft_threshold is None
+    assert uncut.executor.draft_threshold is None and uncut.executor.max_verify_rows is None
     wide = LLM(root / "artifact", max_sessions=1, n_draft=7, max_spec_batch=9)
     assert wide.executor.n_draft == 7 and wide.executor.max_spec_batch == 9
     plain = LLM(root / "artifact", max_sessions=1, speculation=False)

@@ -127,8 +127,9 @@ def test_cellspec_runtime_commits_the_cycles_eval_counts(overfit, generated, tin
     ours = evaluate(draft, build_target(ckpt, "cpu"), chat_tokenizer(ckpt), chosen,
                     temperature=temperature, max_new_tokens=10, n_drafts=(4,), batch=8)
     ours = ours["4"]["all"]
-    # as evaluated: 4 proposals, every session speculating (LLM caps both on ort-cpu)
-    llm = LLM(tmp_path / "artifact", max_sessions=8, threads=1, n_draft=4, max_spec_batch=8)
+    # as evaluated: 4 proposals, uncut, every session speculating (LLM limits these on ort-cpu)
+    llm = LLM(tmp_path / "artifact", max_sessions=8, threads=1, n_draft=4, max_spec_batch=8,
+              draft_threshold=0)
     llm.generate([p.text for p in chosen],
                  [SamplingParams(max_tokens=10, temperature=temperature, seed=EVAL_SEED + i)
                   for i in range(len(chosen))])
