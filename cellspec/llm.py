@@ -66,25 +66,25 @@ CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 2
 
 def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
                          max_spec_batch: int | None, draft_threshold: float | None = None
-                         ) -> tuple[int | None, int | None, float | None]:
+                         ) -> tuple[int | None, int | None, float | None, int | None]:
     """Proposals per cycle, the most sessions speculating at once and the draft threshold,
-    where the caller left them None: what pays best on this backend (None: the executor's own
-    default, block - 1 proposals, no limit and no threshold)."""
+    where the caller left them None, and the verify row limit: what pays best on this backend
+    (None: the executor's own default, block - 1 proposals, no limit and no threshold)."""
     from cellspec.runtime.ort_device import cuda_attention  # imported with a backend, not cellspec
 
     if backend == "ort-cpu":
         threshold = CPU_DRAFT_THRESHOLD if draft_threshold is None else draft_threshold
         cut = threshold is not None and threshold != 0  # a bad value is refused by the executor
+        # the row limit goes with the cut (fixed proposals stay as asked)
         best = (CPU_CUT_N_DRAFT if cut else CPU_N_DRAFT[manifest.target.quantization],
-                CPU_MAX_SPEC_BATCH, CPU_DRAFT_THRESHOLD)
+                CPU_MAX_SPEC_BATCH, threshold, CPU_MAX_VERIFY_ROWS if cut else None)
     elif backend == "ort-cuda" and cuda_attention() == "cell":
-        best = (CELL_N_DRAFT, CELL_MAX_SPEC_BATCH, None)
+        best = (CELL_N_DRAFT, CELL_MAX_SPEC_BATCH, draft_threshold, None)
     else:
-        return n_draft, max_spec_batch, draft_threshold
+        return n_draft, max_spec_batch, draft_threshold, None
     assert manifest.draft is not None
     return (min(best[0], manifest.draft.block_size - 1) if n_draft is None else n_draft,
-            best[1] if max_spec_batch is None else max_spec_batch,
-            best[2] if draft_threshold is None else draft_threshold)
+            best[1] if max_spec_batch is None else max_spec_batch, best[2], best[3])
 
 
 class LLM:
@@ -126,10 +126,8 @@ class LLM:
                       max_session_tokens=max_session_tokens, threads=threads)
         self.executor: Executor | DFlashExecutor
         if has_draft and speculation is not False:
-            n_draft, max_spec_batch, draft_threshold = speculation_defaults(
+            n_draft, max_spec_batch, draft_threshold, rows = speculation_defaults(
                 backend, manifest, n_draft, max_spec_batch, draft_threshold)
-            # the row limit goes with the cut (fixed proposals stay as asked)
-            rows = CPU_MAX_VERIFY_ROWS if backend == "ort-cpu" and draft_threshold else None
             self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft,
                                                 max_spec_batch=max_spec_batch,
                                                 draft_threshold=draft_threshold,

@@ -168,19 +168,20 @@ def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypat
     small = Manifest.load(chat_dflash_artifact)  # a block of 4: at most 3 proposals
     assert small.draft.block_size == 4
     manifest = dataclasses.replace(small, draft=dataclasses.replace(small.draft, block_size=16))
-    assert speculation_defaults("ort-cpu", manifest, None, None) == (7, 4, CPU_DRAFT_THRESHOLD)
-    assert speculation_defaults("ort-cpu", small, None, None) == (3, 4, CPU_DRAFT_THRESHOLD)
+    assert speculation_defaults("ort-cpu", manifest, None, None) == (7, 4, CPU_DRAFT_THRESHOLD,
+                                                                     12)
+    assert speculation_defaults("ort-cpu", small, None, None) == (3, 4, CPU_DRAFT_THRESHOLD, 12)
     assert speculation_defaults("ort-cpu", manifest, None, None, 0.0) == (
-        CPU_N_DRAFT["none"], 4, 0.0)  # the threshold off: few proposals
-    assert speculation_defaults("ort-cpu", manifest, 5, None, 0.5) == (5, 4, 0.5)
+        CPU_N_DRAFT["none"], 4, 0.0, None)  # the threshold off: few proposals, no row limit
+    assert speculation_defaults("ort-cpu", manifest, 5, None, 0.5) == (5, 4, 0.5, 12)
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
-    assert speculation_defaults("ort-cuda", manifest, None, None) == (7, 2, None)
-    assert speculation_defaults("ort-cuda", small, None, None) == (3, 2, None)
-    assert speculation_defaults("ort-cuda", manifest, 12, 8, 0.3) == (12, 8, 0.3)
+    assert speculation_defaults("ort-cuda", manifest, None, None) == (7, 2, None, None)
+    assert speculation_defaults("ort-cuda", small, None, None) == (3, 2, None, None)
+    assert speculation_defaults("ort-cuda", manifest, 12, 8, 0.3) == (12, 8, 0.3, None)
     monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION")
-    assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None, None)
+    assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None, None, None)
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")
-    assert speculation_defaults("ort-cuda", manifest, 5, None) == (5, None, None)
+    assert speculation_defaults("ort-cuda", manifest, 5, None) == (5, None, None, None)
 
 
 def test_a_draft_with_a_proposal_vocab_changes_no_token(tmp_path_factory):

@@ -40,27 +40,37 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+class Recorder:
+    """The executor's proposer: the draft's proposals, uncut, with their probabilities kept."""
+
+    def __init__(self, draft) -> None:
+        self.draft, self.probs = draft, []
+
+    def propose(self, requests, n_draft: int) -> np.ndarray:
+        proposals, probs = self.draft.propose_with_confidence(requests, n_draft)
+        self.probs.append(probs)
+        return proposals
+
+
 def record(llm, prompts: list[str], tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities [cycles, n], accepted [cycles]) of every cycle of the run."""
+    """(probabilities [cycles, n], accepted [cycles]) of every cycle of the run (the LLM
+    speculating uncut: no draft threshold, so no verify row limit either)."""
     from cellspec.llm import SamplingParams
 
-    executor, probs, accepted = llm.executor, [], []
-    confident, count = executor.draft.propose_with_confidence, executor._count
-
-    def propose(requests, n_draft):
-        proposals, p = confident(requests, n_draft)
-        probs.append(p)
-        return proposals, p
+    executor, accepted = llm.executor, []
+    assert executor.draft_threshold is None and executor.max_verify_rows is None
+    recorder, count = Recorder(executor.draft), executor._count
 
     def counted(n_accepted, n_draft):
         accepted.append(n_accepted)
         count(n_accepted, n_draft)
 
-    executor.draft.propose_with_confidence, executor._count = propose, counted
-    executor.draft_threshold = 1e-300  # propose through the confidence path, never cut
+    executor.proposer, executor._count = recorder, counted
     for prompt in prompts:
         llm.generate([prompt], SamplingParams(max_tokens=tokens))
-    return np.concatenate(probs), np.asarray(accepted)
+    probs = np.concatenate(recorder.probs)
+    assert probs.shape == (len(accepted), executor.n_draft), probs.shape
+    return probs, np.asarray(accepted)
 
 
 def verify_ms(executor, widths: range, rounds: int = 6) -> dict[int, float]:
@@ -87,7 +97,7 @@ def main() -> None:
 
     args = parse_args()
     llm = LLM(args.artifact, max_sessions=1, threads=args.threads, speculation=True,
-              n_draft=args.n_draft)
+              n_draft=args.n_draft, draft_threshold=0)
     probs, accepted = record(llm, held_out_prompts(args.prompts), args.tokens)
     draft_ms = sum(s.seconds for s in llm.executor.draft.stats.values()) * 1e3 / len(accepted)
     overhead = draft_ms if args.overhead_ms is None else args.overhead_ms

@@ -34,7 +34,7 @@ import numpy as np
 
 from cellspec import artifact as names
 from cellspec.errors import InvalidArgument
-from cellspec.manifest_fields import is_int
+from cellspec.manifest_fields import is_int, is_number
 from cellspec.runtime.backend import Backend
 from cellspec.runtime.draft import DraftModel, ProposalRequest
 from cellspec.runtime.executor import Executor, load_parts
@@ -261,8 +261,7 @@ def check_draft_threshold(threshold: float | None) -> float | None:
     """None, or a real number in [0, 1) as a float (0: every cycle proposes n_draft)."""
     if threshold is None:
         return None
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
-            or not 0.0 <= float(threshold) < 1.0:
+    if not (is_number(threshold) and 0.0 <= threshold < 1.0):
         raise InvalidArgument(f"draft_threshold {threshold!r}: expected a number in [0, 1) "
                               "(0: no cut) or None")
     return None if float(threshold) == 0.0 else float(threshold)
