@@ -589,12 +589,14 @@ def cmd_dflash(args) -> None:
     spec = DFlashExecutor.load(folder, backend=load_backend(folder, 8), max_sessions=8,
                                n_draft=15)
     rows = []
-    for batch in (1, 8):
+    for batch, drain in [(b, d) for b in (1, 8) for d in drain_modes(args)]:
+        spec.drain_behind_verify = drain == "behind"
         _clear_stats(spec)
         cycle = time_decode(spec, batch, args.context, args.steps)
         methods = {name: 1e3 * s.seconds / max(s.calls, 1) for name, s in
                    {**spec.draft.stats, **spec.target.stats}.items()}
-        rows.append({"shape": args.shape, "batch": batch, "plain_step_ms": steps[batch]["step_ms"],
+        rows.append({"shape": args.shape, "batch": batch, "drain": drain,
+                     "plain_step_ms": steps[batch]["step_ms"],
                      "cycle_ms": cycle["step_ms"], "cycle_over_step":
                      cycle["step_ms"] / steps[batch]["step_ms"], "tau": spec.stats.tau,
                      "host_outside_engine_ms": cycle["host_outside_engine_ms"],
@@ -603,6 +605,14 @@ def cmd_dflash(args) -> None:
         if args.profile:
             profile_cycles(spec, batch, args, args.out / f"dflash_{args.shape}_b{batch}.prof.txt")
     write(args.out / "dflash.json", rows)
+
+
+def drain_modes(args) -> list[str]:
+    """--drains as a list: when a DFlash cycle drains its verify's rows, in turn."""
+    drains = args.drains.split(",")
+    if not set(drains) <= {"behind", "first"}:
+        raise SystemExit(f"--drains {args.drains!r}: expected behind and/or first")
+    return drains
 
 
 def profile_cycles(executor, batch: int, args, path: Path) -> None:
@@ -637,13 +647,16 @@ def cmd_smollm2(args) -> None:
     chains = [int(c) for c in args.chain_steps.split(",")]
     thresholds = ([float(t) for t in args.draft_thresholds.split(",")]
                   if args.draft_thresholds else [None])
-    runs = [(False, None, None, c) for c in chains] + [
-        (True, n, t, chains[-1]) for n in n_drafts for t in thresholds]
-    for speculation, n_draft, threshold, chain_steps in runs:
+    drains = drain_modes(args)
+    runs = [(False, None, None, c, None) for c in chains] + [
+        (True, n, t, chains[-1], d) for n in n_drafts for t in thresholds for d in drains]
+    for speculation, n_draft, threshold, chain_steps, drain in runs:
         llm = LLM(folder, backend=BACKEND[0], max_sessions=max(8, *batches),
                   speculation=speculation, n_draft=n_draft,
                   max_spec_batch=args.max_spec_batch if speculation else None,
                   draft_threshold=threshold, chain_steps=chain_steps)
+        if speculation:  # "behind": drain the verify's rows as it runs; "first": next cycle
+            llm.executor.drain_behind_verify = drain == "behind"
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
         # batch 1: the prompts one after another; batch 8: 8 at a time. Answers end at eos
         # (the same tokens with and without speculation, so tokens/s compare)
@@ -667,7 +680,7 @@ def cmd_smollm2(args) -> None:
                          None), "draft_threshold": getattr(llm.executor, "draft_threshold",
                          None), "chain_steps": chain_steps, "batch": batch,
                          "temperature": args.temperature, "top_p": args.top_p,
-                         "prompts": len(prompts), "tokens": tokens,
+                         "drain": drain, "prompts": len(prompts), "tokens": tokens,
                          "tokens_per_s": tokens / seconds,
                          "tau": (accepted + cycles) / cycles if cycles else None,
                          "ms_per_call": methods_since(llm.executor, calls_before),
@@ -768,6 +781,11 @@ def main() -> None:
     commands.choices["smollm2"].add_argument(
         "--draft-thresholds", help="draft thresholds to compare, each with every n_draft, e.g. "
         "0,0.2 (0: none; default: the LLM's)")
+    for name in ("smollm2", "dflash"):
+        commands.choices[name].add_argument(
+            "--drains", default="behind", help="when a cycle drains the verify's rows, each in "
+            "turn for every speculative setting: behind (as the verify runs) or first (at the "
+            "next cycle's start, as before 2026-12-02), e.g. behind,first,behind,first")
     commands.choices["smollm2"].add_argument("--batches", default="1,8",
                                              help="sessions generating at once, e.g. 1,2,4,8")
     commands.choices["smollm2"].add_argument("--temperature", type=float, default=0.0)

@@ -785,8 +785,28 @@ case "${1:-}" in
     done
     grep "tau" "$OUT"/eval-shipped.log | tail -2 | cut -c1-200
     ;;
+  behind)  # a cycle's drain behind its verify against at the next cycle's start, in one
+           # process each: the GPU tests, then ROUNDS (2) times the real SmolLM2 with
+           # CellAttention (the LLM's defaults, both drains twice, batch 1 and 8) and a DFlash
+           # cycle on A (random draft); then the real SmolLM2 once with standard-op attention
+    python3 -m cellspec.plugins.build 2>&1 | tail -1
+    gpu_tests
+    for round in $(seq "${ROUNDS:-2}"); do
+      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+          --draft "$SHIPPED" --drains behind,first,behind,first --batches 1,8 --tokens 96 \
+          --out "$OUT/real-$round" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -9 \
+          | cut -c1-240
+      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py dflash --shape A --with-draft \
+          --drains behind,first --out "$OUT/dflash-$round" --work "$WORK/spec" 2>&1 \
+          | grep -v "plugin EP" | tail -4 | cut -c1-240
+    done
+    CELLSPEC_CUDA_ATTENTION=decomposed python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --drains behind,first --batches 1 --tokens 96 \
+        --out "$OUT/real-decomposed" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -3 \
+        | cut -c1-240
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind" >&2
     exit 2
     ;;
 esac

@@ -13,7 +13,7 @@ buckets where a captured CUDA graph replays each shape.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,13 +131,16 @@ class Backend(ABC):
     def run(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
             outputs: list[str], cells: np.ndarray | None = None,
             draws: Draws | None = None, static: bool = False,
-            gather: Gather | None = None) -> dict[str, np.ndarray]:
+            gather: Gather | None = None,
+            meanwhile: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
         """Run `engine` on host `feeds`, every pool bound where it reads it; with `cells`
         ([S, Q], the plan's), commit each pool's output there. With `draws` (one per logits
         row), draw each row's token where the logits are: `DRAWN` [R] holds them. `static`:
         the feeds have a static shape of the policy (a backend may capture and replay it).
-        `gather` feeds one input from a pool's rows, where the pool is. Returns host `outputs`
-        (and DRAWN)."""
+        `gather` feeds one input from a pool's rows, where the pool is. `meanwhile` is called
+        once the run, its commit and its draw are queued (or done, where the backend waits
+        for each run), before the outputs come back: runs it makes go after this one, and on
+        a device its host work overlaps this run's. Returns host `outputs` (and DRAWN)."""
 
     def make_kv_pools(self, max_cells: int, layers: Sequence[LayerCache], dtype: type
                       ) -> Pools:

@@ -4,9 +4,11 @@ It is an `Executor` with a draft: every session carries a `DraftState` (the pend
 emitted and not yet fed to the target). The draft cache holds positions 0..d-1 of a session;
 the taps of positions d..frontier-1 wait in the target's taps pool, in their tokens' cells,
 until a cycle drains them into the draft cache. An input that is exactly the pending token at
-the frontier takes the fast path:
-one cycle (drain, draft, verify, commit accepted + 1) instead of a plain step. Any other input
-runs a plain target step. Target tokens are drawn with the uniform of their position, so the
+the frontier takes the fast path: one cycle (drain, draft, verify, commit accepted + 1) instead
+of a plain step. A cycle drains the verify's rows while the verify runs (on a device the host's
+work of that drain overlaps the verify's), then rewinds both caches past the accepted ones, so
+the next cycle usually has nothing left to drain first. Any other input runs a plain target
+step. Target tokens are drawn with the uniform of their position, so the
 text equals plain decoding's at any temperature.
 
 `draft_threshold` t (0 < t < 1): each cycle proposes only as far as the draft is confident, the
@@ -64,6 +66,10 @@ class SpecStats:
 
 
 class DFlashExecutor(Executor):
+    # False: a cycle's verified rows wait for the next cycle's drain (the order before
+    # 2026-12-02; the same text), for benchmarks that compare the two in one process
+    drain_behind_verify = True
+
     def __init__(self, *args, draft: DraftModel | None = None,
                  proposer: Proposer | None = None, n_draft: int | None = None,
                  max_spec_batch: int | None = None,
@@ -134,9 +140,12 @@ class DFlashExecutor(Executor):
     def _rewound(self, sid: int, pos: int) -> None:
         """Forget what the draft cache holds at positions >= pos (taps left in freed cells are
         never read)."""
+        self._rewind_draft(sid, pos)
+        self.sessions.sessions[sid].draft.pending = None
+
+    def _rewind_draft(self, sid: int, pos: int) -> None:
         if self.draft and pos < self.draft.cache.pos(sid):
             self.draft.cache.rewind(sid, pos)
-        self.sessions.sessions[sid].draft.pending = None
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -217,15 +226,20 @@ class DFlashExecutor(Executor):
         tokens = np.concatenate([[r.anchor, *p] for r, p in zip(requests, proposals)])
         positions = [r.position + j + 1 for r in requests for j in range(width)]
         draws = self.draws([sid for sid in sids for _ in range(width)], positions)
+        # while the verify runs, every verified row's taps go into the draft cache (a row's
+        # taps are its position's whatever the verdict; the rejected ones are rewound below)
         result = self.target.forward(np.repeat(sids, width), tokens.astype(np.int64),
-                                     np.arange(len(tokens), dtype=np.int64), draws)
+                                     np.arange(len(tokens), dtype=np.int64), draws,
+                                     meanwhile=(lambda: self._drain(sids))
+                                     if self.drain_behind_verify else None)
         bursts = []
         for owner, request in enumerate(requests):
             drawn = result.tokens[owner * width: (owner + 1) * width]
             accepted = accept_count(proposals[owner], drawn[:-1])
             burst = (*(int(t) for t in proposals[owner][:accepted]), int(drawn[accepted]))
-            # commit anchor + accepted proposals; the rejected tail leaves the target cache
+            # commit anchor + accepted proposals; the rejected tail leaves both caches
             self.cache.rewind(request.sid, request.position + accepted + 1)
+            self._rewind_draft(request.sid, request.position + accepted + 1)
             self._state(request.sid).pending = burst[-1]
             self._count(accepted, n_draft)
             bursts.append(burst)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 
@@ -128,7 +128,8 @@ class OrtCpuBackend(Backend):
     def run(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
             outputs: list[str], cells: np.ndarray | None = None,
             draws: Draws | None = None, static: bool = False,
-            gather: Gather | None = None) -> dict[str, np.ndarray]:
+            gather: Gather | None = None,
+            meanwhile: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
         assert isinstance(engine, OrtCpuEngine) and all(isinstance(p, HostPools) for p in pools)
         bound = {name: array for p in pools for name, array in p.arrays.items()
                  if name in engine.inputs}
@@ -142,6 +143,8 @@ class OrtCpuBackend(Backend):
         result = {name: out[name] for name in outputs}
         if draws is not None:  # the logits are on the host already: draw here
             result[DRAWN] = draw_on_host(out[LOGITS], draws)
+        if meanwhile is not None:
+            meanwhile()
         return result
 
 

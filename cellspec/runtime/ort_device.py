@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -109,16 +109,21 @@ class OrtDeviceBackend(Backend):
     def run(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
             outputs: list[str], cells: np.ndarray | None = None,
             draws: Draws | None = None, static: bool = False,
-            gather: Gather | None = None) -> dict[str, np.ndarray]:
+            gather: Gather | None = None,
+            meanwhile: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
         dims = self._queue(engine, pools, feeds, outputs, cells, _draw_output(draws), static,
                            gather)
         clock = _Clock(self.timings)
+        drawn = None if draws is None else self._drawn(engine, dims, draws, static)
+        clock.lap("draw")
+        if meanwhile is not None:  # queued behind this run (where in_order) as it runs
+            meanwhile()  # (its runs time their own phases)
+            clock = _Clock(self.timings)
         result = {name: engine.fetch(name, dims) for name in outputs}
-        clock.lap("fetch")
-        if draws is not None:
-            source, name, source_dims = self._drawn(engine, dims, draws, static)
+        if drawn is not None:
+            source, name, source_dims = drawn
             result[DRAWN] = source.fetch(name, source_dims)
-            clock.lap("draw")
+        clock.lap("fetch")
         return result
 
     def _queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],

@@ -76,26 +76,31 @@ class TargetModel:
         return self.manifest.model.vocab_size
 
     def forward(self, seq_ids: np.ndarray, tokens: np.ndarray, logit_indices: np.ndarray,
-                draws: Draws | None = None) -> ForwardResult:
+                draws: Draws | None = None,
+                meanwhile: Callable[[], None] | None = None) -> ForwardResult:
         """Feed tokens [T] to seq_ids [T] (one contiguous run per sequence, continuing from its
         frontier); for the tokens at logit_indices [R], draw the next token by `draws` (one per
-        row) where the logits are, or, with no draws, return the logits."""
+        row) where the logits are, or, with no draws, return the logits. `meanwhile` is called
+        once every token's cell is the sequence's in the cache and the last run is queued,
+        before its outputs come back (see Backend.run)."""
         starts, lengths = runs_of(seq_ids)
         assert len(set(seq_ids[starts].tolist())) == starts.size, "one run per sequence"
         rows = logit_indices.size
         logits = None if draws is not None else np.empty((rows, self.vocab_size), np.float32)
         drawn = np.empty(rows, np.int64) if draws is not None else None
         slot = np.full(seq_ids.size, -1, dtype=np.int64)  # token -> row-major slot in a piece
-        for piece in plan_pieces(lengths.tolist(), self.max_width):
+        pieces = plan_pieces(lengths.tolist(), self.max_width)
+        for k, piece in enumerate(pieces):
             index = piece_index(piece, starts)  # [S, Q] packed token of each slot
             plan, shape = self._plan(piece, seq_ids[index[:, 0]])
             slot[index] = (np.arange(index.shape[0])[:, None] * shape.width
                            + np.arange(piece.width)[None, :])
             here = np.flatnonzero(slot[logit_indices] >= 0)
+            self.cache.commit_step(plan)  # the run only reads the plan
             out = self._run(plan, shape, tokens[index], slot[logit_indices[here]],
-                            draws.take(here) if draws is not None else None)
+                            draws.take(here) if draws is not None else None,
+                            meanwhile if k == len(pieces) - 1 else None)
             slot[index] = -1
-            self.cache.commit_step(plan)
             if draws is not None:
                 drawn[here] = out[DRAWN]
             else:
@@ -173,14 +178,15 @@ class TargetModel:
         return feeds, draws
 
     def _run(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray, rows: np.ndarray,
-             draws: Draws | None) -> dict[str, np.ndarray]:
+             draws: Draws | None, meanwhile: Callable[[], None] | None = None
+             ) -> dict[str, np.ndarray]:
         """Run one planned piece; returns the outputs of the requested `rows` (slots)."""
         asked = rows
         feeds, draws = self._feeds(plan, shape, tokens, rows, draws)
         start = time.perf_counter()
         outputs = [] if draws is not None else [names.LOGITS]
         out = self.backend.run(self.engine, self.run_pools, feeds, outputs, plan.cells, draws,
-                               static=shape.is_static)
+                               static=shape.is_static, meanwhile=meanwhile)
         if shape.is_static:
             for name in (DRAWN, names.LOGITS):
                 if name in out:

@@ -438,6 +438,33 @@ def test_random_operations_keep_the_draft_in_step(dflash_artifact, seed):
     assert spec.stats.accepted < spec.stats.proposed
 
 
+def test_a_cycle_drains_its_verify_rows_as_it_verifies(dflash_artifact):
+    """A cycle drains the verify's rows into the draft cache during the verify and rewinds the
+    rejected ones from both caches: after every cycle the draft holds exactly the target's
+    positions, with a fresh replay's keys, so only a cycle after plain steps drains twice."""
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=4, n_draft=3)
+    reference = DFlashExecutor.load(dflash_artifact, max_sessions=2)
+    sid = spec.open_session()
+    spec.set_sampling(sid, SAMPLINGS["sampled"], seed=3)
+    history = list(prompts(1, seed=9)[0])
+    pending = spec.execute([BatchInput(sid, tuple(history), 0)])[0].token
+    assert spec.draft.cache.pos(sid) == 0  # the prompt's taps wait in the target's cells
+
+    def drains():
+        return sum(s.calls for k, s in spec.draft.stats.items() if k.startswith("draft_context"))
+
+    for cycle in range(8):
+        before = drains()
+        out = spec.execute([BatchInput(sid, (pending,), spec.pos(sid))])[0]
+        history += [pending, *out.tokens[:-1]]
+        pending = out.tokens[-1]
+        assert spec.draft.cache.pos(sid) == spec.pos(sid) == len(history)
+        assert drains() - before == (2 if cycle == 0 else 1)
+        check_draft_state(spec, reference, sid, history)
+    assert spec.stats.accepted < spec.stats.proposed  # rejected rows were rewound
+    spec.draft.cache.check()
+
+
 def test_pool_threads_spin_on_only_where_the_target_runs_alone(dflash_artifact):
     """ort-cpu: pool threads spin within a run; a plain executor's one engine keeps them
     spinning between runs, while with a draft, whose sessions alternate with the target's, they
