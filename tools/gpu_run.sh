@@ -805,8 +805,30 @@ case "${1:-}" in
         --out "$OUT/real-decomposed" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -3 \
         | cut -c1-240
     ;;
+  distill)  # a draft calibrated to the target's distribution, for proposals drawn with their
+            # position's uniform: greedy-gen's data (GEN_S s), then the shipped draft continued
+            # on it for TRAIN_S s with hard labels and with --distill DISTILL (1) side by side,
+            # each evaluated on the held-out prompts and exported (with the shipped proposal
+            # vocabulary)
+    python3 tools/train_dflash.py generate --out "$WORK/g" --samples 12 --greedy-after 128 \
+        --gen-seed 7 --gen-batch 1024 --generate-seconds "${GEN_S:-170}" 2>&1 \
+        | grep -v "^\[generate\] [0-9]" | tail -3
+    for run in hard:0 soft:${DISTILL:-1}; do
+      python3 tools/train_dflash.py all --out "$WORK/d-${run%%:*}" --data "$WORK/g/data.npz" \
+          --generate-seconds 0 --init "$SHIPPED" --distill "${run#*:}" --lr "${LR:-2e-4}" \
+          --steps 0 --plan-seconds "${TRAIN_S:-250}" --train-seconds "${TRAIN_S:-250}" \
+          --eval-batch 128 > "$WORK/d-${run%%:*}.log" 2>&1 &
+    done
+    wait
+    for name in hard soft; do  # (few files come back: the proposal vocabulary is the shipped one)
+      cp "$WORK/d-$name/log.json" "$OUT/d-$name.json"
+      mkdir -p "$OUT/draft-$name" && cp "$WORK/d-$name"/draft/{config.json,model.safetensors} \
+          "$OUT/draft-$name"/
+      echo "== $name"; grep "tau\|train\]" "$WORK/d-$name.log" | tail -4 | cut -c1-200
+    done
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|distill" >&2
     exit 2
     ;;
 esac
