@@ -805,7 +805,7 @@ case "${1:-}" in
         --out "$OUT/real-decomposed" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -3 \
         | cut -c1-240
     ;;
-  distill)  # a draft calibrated to the target's distribution, for proposals drawn with their
+  calibrate)  # a draft calibrated to the target's distribution, for proposals drawn with their
             # position's uniform: greedy-gen's data (GEN_S s), then the shipped draft continued
             # on it for TRAIN_S s with hard labels and with --distill DISTILL (1) side by side,
             # each evaluated on the held-out prompts and exported (with the shipped proposal
@@ -828,7 +828,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|distill" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate" >&2
     exit 2
     ;;
 esac
