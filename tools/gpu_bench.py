@@ -331,7 +331,8 @@ def parse_samplings(text: str) -> list[tuple[str, object]]:
 def cmd_kernels(args) -> None:
     """The CUDA kernels of decode steps, from torch's profiler (CUPTI sees every kernel of the
     process, ONNX Runtime's included, inside graph replays too): per kernel name, launches and
-    microseconds per step; and the steps' wall time against their kernels' sum."""
+    microseconds per step; and the steps' wall time against their kernels' sum. With --widths,
+    also steps of W tokens a session (a verify's shape), each fed again at the same position."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -345,7 +346,8 @@ def cmd_kernels(args) -> None:
         batches = [int(b) for b in args.batches.split(",")]
         folder = shape_artifact(shape, args, max(batches))
         executor = Executor.load(folder, backend=BACKEND[0], max_sessions=max(batches))
-        for batch in batches:
+        for batch, width in [(b, w) for b in batches
+                             for w in (int(w) for w in args.widths.split(","))]:
             time_decode(executor, batch, args.context, 4)  # captures this batch's graphs
             rng = np.random.default_rng(0)
             sids = [executor.open_session() for _ in range(batch)]
@@ -358,17 +360,14 @@ def cmd_kernels(args) -> None:
             outs = executor.execute([BatchInput(s, tuple(rng.integers(
                 3, 1000, args.context - args.steps - warm).tolist()), 0) for s in sids])
             tokens = [o.token for o in outs]
+            base = executor.pos(sids[0])
             for _ in range(warm):
-                outs = executor.execute([BatchInput(s, (t,), executor.pos(s))
-                                         for s, t in zip(sids, tokens)])
-                tokens = [o.tokens[-1] for o in outs]
+                tokens = width_step(executor, sids, tokens, width, base)
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 start = time.perf_counter()
                 for _ in range(args.steps):
-                    outs = executor.execute([BatchInput(s, (t,), executor.pos(s))
-                                             for s, t in zip(sids, tokens)])
-                    tokens = [o.tokens[-1] for o in outs]
+                    tokens = width_step(executor, sids, tokens, width, base)
                 wall = (time.perf_counter() - start) / args.steps
             for sid in sids:
                 executor.close_session(sid)
@@ -381,7 +380,7 @@ def cmd_kernels(args) -> None:
             rows = sorted(((name, n / args.steps, us / args.steps) for name, (n, us) in
                            kernels.items()), key=lambda r: -r[2])
             total = sum(r[2] for r in rows)
-            row = {"shape": shape, "batch": batch, "wall_ms": 1e3 * wall,
+            row = {"shape": shape, "batch": batch, "width": width, "wall_ms": 1e3 * wall,
                    "kernel_ms": total / 1e3, "launches": sum(r[1] for r in rows),
                    "top": [{"kernel": n, "per_step": c, "us": round(us, 2)}
                            for n, c, us in rows[:30]]}
@@ -391,6 +390,18 @@ def cmd_kernels(args) -> None:
                 print(f"  {us:8.1f} us {c:6.1f}x  {n}", flush=True)
         del executor
     write(args.out / "kernels.json", results)
+
+
+def width_step(executor, sids: list[int], tokens: list[int], width: int, base: int) -> list[int]:
+    """One step of every session: a decode step (width 1), or `width` copies of its token fed
+    at position `base` (the executor rewinds to it), as a verify of that width would be."""
+    from cellspec.runtime.types import BatchInput
+
+    if width == 1:
+        batch = [BatchInput(s, (t,), executor.pos(s)) for s, t in zip(sids, tokens)]
+    else:
+        batch = [BatchInput(s, (t,) * width, base) for s, t in zip(sids, tokens)]
+    return [o.tokens[-1] for o in executor.execute(batch)]
 
 
 def cmd_sampler(args) -> None:
@@ -763,6 +774,9 @@ def main() -> None:
     for name in ("steps", "kernels"):
         commands.choices[name].add_argument("--shapes", default="A,B,C")
         commands.choices[name].add_argument("--batches", default="1,8,32")
+    commands.choices["kernels"].add_argument(
+        "--widths", default="1", help="tokens a session a step, each in turn: 1 = decode steps, "
+        "W > 1 = W tokens fed at one position again and again (a verify's shape), e.g. 1,8,16")
     commands.choices["steps"].add_argument(
         "--chains", default="1", help="decode steps per call, each timed in turn: 1 = one "
         "`execute` per step, k > 1 = `Executor.decode` chains of k (e.g. 1,8)")

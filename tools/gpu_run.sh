@@ -827,8 +827,16 @@ case "${1:-}" in
       echo "== $name"; grep "tau\|train\]" "$WORK/d-$name.log" | tail -4 | cut -c1-200
     done
     ;;
+  widths)  # where a wide step's time goes with CellAttention: the kernels of steps of WIDTHS
+           # (1,8,16) tokens a session (a verify's shape) on SHAPES (A) at BATCHES (1,8)
+    python3 -m cellspec.plugins.build 2>&1 | tail -1
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes "${SHAPES:-A}" \
+        --batches "${BATCHES:-1,8}" --widths "${WIDTHS:-1,8,16}" --steps 16 \
+        --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | grep -v "^    " \
+        | cut -c1-200 | tail -60
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths" >&2
     exit 2
     ;;
 esac
