@@ -70,7 +70,7 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   if (heads > 0) {
     dm.heads = heads; dm.rows = rows; dm.row_tiles = (Q + rows - 1) / rows;
   } else {
-    tile(dm);
+    tile(dm, resident_chunk_blocks<T>);
   }
   cudaMalloc(&partials, sizeof(float) * S * Q * H * dm.chunks * (D + 2));
   cudaMalloc(&out, sizeof(T) * S * Q * H * D);
@@ -139,7 +139,18 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   cudaFree(table); cudaFree(positions); cudaFree(mask); cudaFree(partials);
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "verify") {
+    // verify-shaped steps of SmolLM2's heads at 1024 cells: the launch's tiling, then 3 heads a
+    // block with each row count (the hashes must all agree within a shape)
+    const int shapes[][2] = {{1, 8}, {1, 16}, {2, 8}, {4, 8}, {8, 8}, {8, 16}};
+    for (const auto& sq : shapes) {
+      run<__half>(sq[0], sq[1], 1024, 9, 3, 64, 0, 0, 100);
+      for (int rows = 1; rows <= 5 && rows <= sq[1]; ++rows)
+        run<__half>(sq[0], sq[1], 1024, 9, 3, 64, 3, rows, 100);
+    }
+    return 0;
+  }
   // A decode b1, b8, b32; A verify 8x16; B decode b1, b8 (and b1 with 2 and 1 heads a block, b2,
   // b4); A prompts; with the tile heuristic and forced
   run<__half>(1, 1, 1024, 9, 3, 64, 0, 0, 200);

@@ -835,8 +835,29 @@ case "${1:-}" in
         --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | grep -v "^    " \
         | cut -c1-200 | tail -60
     ;;
+  verify-tiles)  # CellAttention's launch shape for verify-shaped steps: the build and the op
+                 # tests (stop there when they fail), the probe's verify shapes (the launch's
+                 # tiling, then 1..5 rows a block), the kernels of steps of 1, 8 and 16 tokens a
+                 # session on A, a DFlash cycle on A, the real SmolLM2 speculating with 15 and 7
+                 # proposals at 1 and 2 sessions, the GPU tests (unless SKIP_TESTS)
+    build_and_op_tests 1 2 || exit 5
+    nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" tools/cell_attention_probe.cu \
+        -o "$WORK/probe" || exit 6
+    "$WORK/probe" verify > "$OUT"/probe_verify.txt 2>&1
+    sed 's/, max err.*hash/ hash/' "$OUT"/probe_verify.txt | cut -c1-150
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes A --batches 1,8 \
+        --widths 1,8,16 --steps 16 --out "$OUT"/kernels --work "$WORK" 2>&1 \
+        | grep -v "plugin EP" | grep "^{" | cut -c1-140
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py dflash --shape A --with-draft \
+        --out "$OUT/dflash" --work "$WORK/spec" 2>&1 | grep -v "plugin EP" | tail -2 \
+        | cut -c1-300
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --n-draft 15,7 --batches 1,2 --tokens 96 --out "$OUT/real" \
+        --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" | cut -c1-200
+    gpu_tests
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles" >&2
     exit 2
     ;;
 esac

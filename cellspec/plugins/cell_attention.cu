@@ -1031,9 +1031,29 @@ int multiprocessors() {
   return count;
 }
 
-// The launch shape: as many rows and heads per block as fit (keys are read once for them), fewer
-// while the step would not give every multiprocessor a block. Results do not depend on it.
-void tile(Dims& dm) {
+// chunk_kernel's blocks of `heads` heads that one multiprocessor holds at once (its registers
+// and shared memory), asked of the device once per form
+template <typename T>
+int resident_chunk_blocks(int heads) {
+  static int counts[2] = {0, 0};
+  int& count = counts[heads >= 4 ? 1 : 0];
+  if (count == 0) {
+    int value = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&value, chunk_kernel_for<T>(heads), kChunk, 0);
+    count = value > 0 ? value : 1;
+  }
+  return count;
+}
+
+// The launch shape. A block's rows run one after another (a key is loaded once for them), so a
+// step takes about (waves of the blocks the multiprocessors hold at once) x (rows + 1) row
+// latencies, the 1 for what a block does once (its cells, masks and partials): the rows per
+// block that give the fewest, the most rows among equals. (Before 2026-12-02's eighth sitting:
+// the most rows while every multiprocessor had a block, so a verify of 16 rows took 3 a block
+// in one wave where 1 a block also fit in one.) A step of too few blocks for every
+// multiprocessor at one row takes fewer heads a block. `resident(heads)`: the blocks one
+// multiprocessor holds. Results do not depend on the shape.
+void tile(Dims& dm, int (*resident)(int heads)) {
   const int64_t group = dm.H / dm.KV;
   auto smaller_divisor = [&](int64_t below) {
     for (int64_t g = below - 1; g > 1; --g)
@@ -1044,12 +1064,19 @@ void tile(Dims& dm) {
   // a decode step whose blocks of one head fit the device a few times over takes one head a
   // block (on the H200 a block's latency, not the keys' loads, bounds such steps)
   if (dm.Q == 1 && dm.S * dm.H * dm.chunks <= kOneHeadBlocks * multiprocessors()) heads = 1;
-  int64_t rows = std::min<int64_t>({dm.Q, kMaxRows, kMaxPairs / heads});
-  auto blocks = [&] { return dm.S * ((dm.Q + rows - 1) / rows) * (dm.H / heads) * dm.chunks; };
-  while (blocks() < multiprocessors() && (rows > 1 || heads > 1)) {
-    if (rows > 1) rows = (rows + 1) / 2;
-    else heads = smaller_divisor(heads);
+  auto blocks = [&](int64_t rows) {
+    return dm.S * ((dm.Q + rows - 1) / rows) * (dm.H / heads) * dm.chunks;
+  };
+  const int64_t held = int64_t{resident(static_cast<int>(heads))} * multiprocessors();
+  int64_t rows = 1, best = -1;
+  for (int64_t r = 1; r <= std::min<int64_t>({dm.Q, kMaxRows, kMaxPairs / heads}); ++r) {
+    const int64_t cost = (blocks(r) + held - 1) / held * (r + 1);
+    if (best < 0 || cost <= best) {
+      best = cost;
+      rows = r;
+    }
   }
+  while (rows == 1 && heads > 1 && blocks(1) < multiprocessors()) heads = smaller_divisor(heads);
   dm.rows = static_cast<int>(rows);
   dm.heads = static_cast<int>(heads);
   dm.row_tiles = (dm.Q + rows - 1) / rows;
@@ -1089,7 +1116,7 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
   const int64_t row_heads = dm.S * dm.Q * dm.H;
   auto partials = ctx.GetOutput(partials_index, {row_heads * dm.chunks * (dm.D + 2)});
   if (row_heads == 0) return nullptr;
-  tile(dm);
+  tile(dm, resident_chunk_blocks<T>);
   auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
   const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
   const bool overlap = overlapping(dm.S * dm.Q);
