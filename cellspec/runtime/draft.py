@@ -64,10 +64,10 @@ class DraftModel:
             read = np.full((shape.rows, shape.width), self.cache.scratch_cell, np.int64)
             read[:rows, : piece.width] = cells[index]
             hidden = Gather(names.HIDDEN, taps, TAPS_POOL, read)
+            self.cache.commit_step(plan)  # the run only reads the plan
             self._run(self.context, f"draft_context {shape.label}", int(index.size),
                       {names.POSITIONS: plan.positions}, [], plan.cells, gather=hidden,
                       static=shape.is_static)
-            self.cache.commit_step(plan)
 
     def propose(self, requests: list[ProposalRequest], n_draft: int) -> np.ndarray:
         """[len(requests), n_draft] greedy proposals, `max_owners` blocks per draft_block call."""

@@ -145,9 +145,9 @@ class TargetModel:
                 slots = np.arange(rows) * shape.width
                 feeds, step_draws = self._feeds(plan, shape, tokens[:, None] if k == 0
                                                 else placeholder, slots, step_draws)
+                self.cache.commit_step(plan)  # the launch only reads the plan
                 chain.launch(self.engine, self.run_pools, feeds, plan.cells, step_draws,
                              shape.is_static, fed_back=k > 0)
-                self.cache.commit_step(plan)
                 self.stats[f"chain {shape.label}"].add(rows, time.perf_counter() - start)
                 if on_step is not None and k and on_step(chain.row(k - 1)):
                     break  # step k runs on: it is reported below
