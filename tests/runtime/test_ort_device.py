@@ -92,11 +92,17 @@ def test_bound_speculation_equals_cpu_plain(dflash_artifact, sampling, attention
     spec = DFlashExecutor.load(dflash_artifact,
                                backend=host_backend(dflash_artifact, 4, attention),
                                max_sessions=4)
-    sids = [spec.open_session() for _ in texts]
-    for i, sid in enumerate(sids):
-        spec.set_sampling(sid, sampling, 7 + i)
-    assert spec_decode(spec, sids, texts, 14) == [e[:14] for e in expected]
-    assert spec.stats.cycles > 0
+    host = DFlashExecutor.load(dflash_artifact, max_sessions=4)
+    proposed = {}
+    for name, executor in (("bound", spec), ("host", host)):
+        sids = [executor.open_session() for _ in texts]
+        for i, sid in enumerate(sids):
+            executor.set_sampling(sid, sampling, 7 + i)
+        proposed[name] = record_proposals(executor)
+        assert spec_decode(executor, sids, texts, 14) == [e[:14] for e in expected]
+    # the same proposals: the bound drain (behind each verify) read the verify's taps
+    assert spec.stats.cycles > 0 and len(proposed["bound"]) == spec.stats.rounds
+    assert proposed["bound"] == proposed["host"]
     assert any(key.startswith("draft_block [4x") for key in spec.draft.stats)
     # drains within a static width ran padded to static shapes (a CUDA graph each on the
     # GPU): 3 sessions in a bucket of 4 rows; only a prompt's long drain ran dynamic
@@ -104,6 +110,19 @@ def test_bound_speculation_equals_cpu_plain(dflash_artifact, sampling, attention
     widest = max(spec.draft.policy.static_widths)
     assert any(kind == "static" and shape.startswith("4x") for kind, shape in drains)
     assert all(int(shape.split("x")[1]) > widest for kind, shape in drains if kind == "dynamic")
+
+
+def record_proposals(executor) -> list:
+    """The executor's draft proposals, one list per speculate round, as it makes them."""
+    proposed, propose = [], executor.draft.propose
+
+    def recording(requests, n_draft):
+        rows = propose(requests, n_draft)
+        proposed.append(rows.tolist())
+        return rows
+
+    executor.draft.propose = recording  # the proposer is the draft
+    return proposed
 
 
 def test_limits_and_policy_follow_the_manifest(dflash_artifact):
