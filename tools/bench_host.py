@@ -7,9 +7,11 @@ in plain decode chains, but not in a DFlash cycle, whose host waits for the veri
     python tools/bench_host.py ARTIFACT [--n-draft 7] [--cycles 200] [--rounds 7]
 
 ARTIFACT: an export with a draft (`cellspec export GGUF DIR --draft ...`). Prints ms per DFlash
-cycle and per plain step at one session (best and median of the rounds), and with `--profile`
-a cProfile of the cycles. The outputs of the no-op runs are whatever the buffers hold, so the
-cycles accept nothing: every cycle drains one token, as a cycle of a draft that misses does.
+cycle and per plain step at one session (best and median of the rounds), the share of it a
+verify runs `meanwhile` (the drain of its rows, which a device overlaps with the verify), and
+with `--profile` a cProfile of the cycles. The outputs of the no-op runs are whatever the
+buffers hold, so the cycles accept nothing: each commits one token and drains its verify's
+rows, as a cycle of a draft that misses does.
 """
 
 from __future__ import annotations
@@ -50,6 +52,28 @@ def without_device(executor: DFlashExecutor) -> None:
         setattr(device, name, lambda *args: None)
 
 
+class Behind:
+    """Seconds the host spends in the work a verify runs `meanwhile` (the drain of its rows):
+    on a device that work overlaps the verify, so it is off a cycle's critical path."""
+
+    def __init__(self, executor: DFlashExecutor) -> None:
+        self.seconds = 0.0
+        forward = executor.target.forward
+
+        def timed_forward(*args, meanwhile=None, **kwargs):
+            return forward(*args, meanwhile=None if meanwhile is None else self.timed(meanwhile),
+                           **kwargs)
+
+        executor.target.forward = timed_forward
+
+    def timed(self, work):
+        def run():
+            start = time.perf_counter()
+            work()
+            self.seconds += time.perf_counter() - start
+        return run
+
+
 def time_calls(executor: DFlashExecutor, sid: int, token: int, cycles: int, rounds: int,
                speculate: bool) -> tuple[list[float], int]:
     """ms per `execute` call of one session (a cycle when `speculate`, else a plain step),
@@ -82,11 +106,15 @@ def main() -> None:
     prompt = tuple(np.random.default_rng(0).integers(3, 1000, 128).tolist())
     token = executor.execute([BatchInput(sid, prompt, 0)])[0].token
     without_device(executor)
+    behind = Behind(executor)
     _, token = time_calls(executor, sid, token, 20, 1, True)  # warm the memos
     for name, speculate in (("DFlash cycle", True), ("plain step", False)):
+        behind.seconds = 0.0
         times, token = time_calls(executor, sid, token, args.cycles, args.rounds, speculate)
+        overlapped = 1e3 * behind.seconds / (args.cycles * args.rounds)
         print(f"{name}: host ms best {min(times):.3f}, median {statistics.median(times):.3f} "
-              f"({args.rounds} rounds of {args.cycles})")
+              f"({args.rounds} rounds of {args.cycles}); of which behind the verify (overlapped "
+              f"on a device) {overlapped:.3f} on average")
     if args.profile:
         profile = cProfile.Profile()
         profile.enable()
