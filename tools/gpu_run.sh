@@ -110,6 +110,23 @@ continue_shipped() {  # NAME DATA LR SECONDS LINES LOG DRAFT_DIR
   cp "$WORK/$1/log.json" "$OUT/$6"
   mkdir -p "$OUT/$7" && cp "$WORK/$1"/draft/* "$OUT/$7"/
 }
+# greedy-tail data in $WORK/g (12 answers a training prompt, each greedy after a cut in 0..127)
+# from SEED for GEN_S (170) s; the last LINES of its progress shown
+greedy_tail_data() {  # SEED LINES
+  python3 tools/train_dflash.py generate --out "$WORK/g" --samples 12 --greedy-after 128 \
+      --gen-seed "$1" --gen-batch 1024 --generate-seconds "${GEN_S:-170}" 2>&1 \
+      | grep -v "^\[generate\] [0-9]" | tail -"$2"
+}
+# the shipped draft continued on $WORK/g's data with ARGS in $WORK/NAME for TRAIN_S (250) s at
+# LR (2e-4), evaluated and exported; its output to LOG (several run at once with &)
+continue_shipped_on_g() {  # NAME LOG ARGS...
+  local name=$1 log=$2
+  shift 2
+  python3 tools/train_dflash.py all --out "$WORK/$name" --data "$WORK/g/data.npz" \
+      --generate-seconds 0 --init "$SHIPPED" "$@" --lr "${LR:-2e-4}" --steps 0 \
+      --plan-seconds "${TRAIN_S:-250}" --train-seconds "${TRAIN_S:-250}" --eval-batch 128 \
+      > "$log" 2>&1
+}
 # the GPU tests unless SKIP_TESTS, with the shipped draft; the log to $OUT/gpu_tests.log
 gpu_tests() {
   [ -n "${SKIP_TESTS:-}" ] || CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider \
@@ -762,17 +779,12 @@ case "${1:-}" in
          # draft continued on it for TRAIN_S s with each of TAPS (name:ids; default: its own
          # 1,14,27, the last layer in place of 27, the last layer added as a fourth tap), all at
          # once, each evaluated on the held-out prompts and exported; the shipped one evaluated
-    python3 tools/train_dflash.py generate --out "$WORK/g" --samples 12 --greedy-after 128 \
-        --gen-seed 2 --gen-batch 1024 --generate-seconds "${GEN_S:-170}" 2>&1 \
-        | grep -v "^\[generate\] [0-9]" | tail -4
+    greedy_tail_data 2 4
     cp "$WORK"/g/data.npz "$OUT"/taps_data.npz && cp "$WORK"/g/log.json "$OUT"/taps_gen_log.json
     python3 tools/train_dflash.py eval --checkpoint "$SHIPPED" --out "$WORK/shipped" \
         --eval-batch 128 > "$OUT"/eval-shipped.log 2>&1 &
     for run in ${TAPS:-own:1,14,27 last:1,14,29 four:1,14,27,29}; do
-      python3 tools/train_dflash.py all --out "$WORK/t-${run%%:*}" --data "$WORK/g/data.npz" \
-          --generate-seconds 0 --init "$SHIPPED" --taps "${run#*:}" --lr "${LR:-2e-4}" \
-          --steps 0 --plan-seconds "${TRAIN_S:-250}" --train-seconds "${TRAIN_S:-250}" \
-          --eval-batch 128 > "$OUT/t-${run%%:*}.log" 2>&1 &
+      continue_shipped_on_g "t-${run%%:*}" "$OUT/t-${run%%:*}.log" --taps "${run#*:}" &
     done
     wait
     cp "$WORK"/shipped/log.json "$OUT"/eval-shipped.json
@@ -810,14 +822,9 @@ case "${1:-}" in
             # on it for TRAIN_S s with hard labels and with --distill DISTILL (1) side by side,
             # each evaluated on the held-out prompts and exported (with the shipped proposal
             # vocabulary)
-    python3 tools/train_dflash.py generate --out "$WORK/g" --samples 12 --greedy-after 128 \
-        --gen-seed 7 --gen-batch 1024 --generate-seconds "${GEN_S:-170}" 2>&1 \
-        | grep -v "^\[generate\] [0-9]" | tail -3
+    greedy_tail_data 7 3
     for run in hard:0 soft:${DISTILL:-1}; do
-      python3 tools/train_dflash.py all --out "$WORK/d-${run%%:*}" --data "$WORK/g/data.npz" \
-          --generate-seconds 0 --init "$SHIPPED" --distill "${run#*:}" --lr "${LR:-2e-4}" \
-          --steps 0 --plan-seconds "${TRAIN_S:-250}" --train-seconds "${TRAIN_S:-250}" \
-          --eval-batch 128 > "$WORK/d-${run%%:*}.log" 2>&1 &
+      continue_shipped_on_g "d-${run%%:*}" "$WORK/d-${run%%:*}.log" --distill "${run#*:}" &
     done
     wait
     for name in hard soft; do  # (few files come back: the proposal vocabulary is the shipped one)
