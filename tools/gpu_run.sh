@@ -863,8 +863,23 @@ case "${1:-}" in
         --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" | cut -c1-200
     gpu_tests
     ;;
+  tiles-sessions)  # CellAttention's fractional-wave tiling: the build and the op tests (stop
+                   # there when they fail), the probe's verify shapes, the real SmolLM2 plain
+                   # and speculating (7 proposals) at 1, 2, 4 and 8 sessions with no limit on
+                   # how many speculate, the GPU tests (unless SKIP_TESTS)
+    build_and_op_tests 1 2 || exit 5
+    nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" tools/cell_attention_probe.cu \
+        -o "$WORK/probe" || exit 6
+    "$WORK/probe" verify > "$OUT"/probe_verify.txt 2>&1
+    sed 's/, max err.*hash/ hash/' "$OUT"/probe_verify.txt | cut -c1-150
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --n-draft 7 --batches "${BATCHES:-1,2,4,8}" --max-spec-batch 8 \
+        --tokens 96 --out "$OUT/real" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
+        | cut -c1-200
+    gpu_tests
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions" >&2
     exit 2
     ;;
 esac

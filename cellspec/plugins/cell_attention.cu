@@ -1045,14 +1045,15 @@ int resident_chunk_blocks(int heads) {
   return count;
 }
 
-// The launch shape. A block's rows run one after another (a key is loaded once for them), so a
-// step takes about (waves of the blocks the multiprocessors hold at once) x (rows + 1) row
-// latencies, the 1 for what a block does once (its cells, masks and partials): the rows per
-// block that give the fewest, the most rows among equals. (Before 2026-12-02's eighth sitting:
-// the most rows while every multiprocessor had a block, so a verify of 16 rows took 3 a block
-// in one wave where 1 a block also fit in one.) A step of too few blocks for every
-// multiprocessor at one row takes fewer heads a block. `resident(heads)`: the blocks one
-// multiprocessor holds. Results do not depend on the shape.
+// The launch shape. A block's rows run one after another (a key is loaded once for them), and
+// the multiprocessors take blocks as others finish, so a step costs about (blocks / the blocks
+// the multiprocessors hold at once, waves counted as fractions) + rows: the rows per block
+// that give the least, the most rows among equals. (Before 2026-12-02's eighth sitting: the
+// most rows while every multiprocessor had a block, so a verify of 16 rows took 3 a block in one
+// wave where 1 a block also fit in one; then, until 2026-12-03, whole waves x (rows + 1), which
+// gave steps of 4 and 8 sessions 13-23% slower tilings than the best the probe found.) A step
+// of too few blocks for every multiprocessor at one row takes fewer heads a block.
+// `resident(heads)`: the blocks one multiprocessor holds. Results do not depend on the shape.
 void tile(Dims& dm, int (*resident)(int heads)) {
   const int64_t group = dm.H / dm.KV;
   auto smaller_divisor = [&](int64_t below) {
@@ -1068,9 +1069,10 @@ void tile(Dims& dm, int (*resident)(int heads)) {
     return dm.S * ((dm.Q + rows - 1) / rows) * (dm.H / heads) * dm.chunks;
   };
   const int64_t held = int64_t{resident(static_cast<int>(heads))} * multiprocessors();
-  int64_t rows = 1, best = -1;
+  int64_t rows = 1;
+  double best = -1.0;
   for (int64_t r = 1; r <= std::min<int64_t>({dm.Q, kMaxRows, kMaxPairs / heads}); ++r) {
-    const int64_t cost = (blocks(r) + held - 1) / held * (r + 1);
+    const double cost = static_cast<double>(blocks(r)) / static_cast<double>(held) + r;
     if (best < 0 || cost <= best) {
       best = cost;
       rows = r;
