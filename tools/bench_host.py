@@ -4,10 +4,11 @@ so what is timed is the Python and numpy work a call costs on the host (planning
 binding, drawing, the cache's bookkeeping). On the H200 this work is hidden behind the device
 in plain decode chains, but not in a DFlash cycle, whose host waits for the verify's tokens.
 
-    python tools/bench_host.py ARTIFACT [--n-draft 7] [--cycles 200] [--rounds 7]
+    python tools/bench_host.py ARTIFACT [--n-draft 7] [--cycles 200] [--rounds 7] [--sessions 1]
 
 ARTIFACT: an export with a draft (`cellspec export GGUF DIR --draft ...`). Prints ms per DFlash
-cycle and per plain step at one session (best and median of the rounds), the share of it a
+round and per plain step of `--sessions` sessions at once (best and median of the rounds), the
+share of it a
 verify runs `meanwhile` (the drain of its rows, which a device overlaps with the verify), and
 with `--profile` a cProfile of the cycles. The outputs of the no-op runs are whatever the
 buffers hold, so the cycles accept nothing: each commits one token and drains its verify's
@@ -74,22 +75,26 @@ class Behind:
         return run
 
 
-def time_calls(executor: DFlashExecutor, sid: int, token: int, cycles: int, rounds: int,
-               speculate: bool) -> tuple[list[float], int]:
-    """ms per `execute` call of one session (a cycle when `speculate`, else a plain step),
-    per round; the session is rewound to 128 tokens whenever it passes 900."""
+def time_calls(executor: DFlashExecutor, tokens: dict[int, int], cycles: int, rounds: int,
+               speculate: bool) -> list[float]:
+    """ms per `execute` call of every session in `tokens` (sid -> its pending token; a round of
+    cycles when `speculate`, else a plain step), per round; a session is rewound to 128 tokens
+    whenever it passes 900. Updates `tokens`."""
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
         for _ in range(cycles):
-            if executor.pos(sid) > 900:
-                executor.rewind(sid, 128)
-            if not speculate:
-                executor.sessions.sessions[sid].draft.pending = None  # a plain step
-            out = executor.execute([BatchInput(sid, (token,), executor.pos(sid))])
-            token = out[0].tokens[-1]
+            for sid in tokens:
+                if executor.pos(sid) > 900:
+                    executor.rewind(sid, 128)
+                if not speculate:
+                    executor.sessions.sessions[sid].draft.pending = None  # a plain step
+            outs = executor.execute([BatchInput(sid, (token,), executor.pos(sid))
+                                     for sid, token in tokens.items()])
+            for out in outs:
+                tokens[out.sid] = out.tokens[-1]
         times.append(1e3 * (time.perf_counter() - start) / cycles)
-    return times, token
+    return times
 
 
 def main() -> None:
@@ -98,27 +103,35 @@ def main() -> None:
     parser.add_argument("--n-draft", type=int, default=7)
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--sessions", type=int, default=1,
+                        help="sessions in every call (at most 8), each with its own prompt")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
+    if not 1 <= args.sessions <= 8:
+        parser.error("--sessions must be in [1, 8]")
     executor = host_executor(args.artifact, args.n_draft)
-    sid = executor.open_session()
-    executor.set_sampling(sid, Sampling(), 1)
-    prompt = tuple(np.random.default_rng(0).integers(3, 1000, 128).tolist())
-    token = executor.execute([BatchInput(sid, prompt, 0)])[0].token
+    executor.max_spec_batch = None  # every session speculates
+    rng = np.random.default_rng(0)
+    tokens = {}
+    for _ in range(args.sessions):
+        sid = executor.open_session()
+        executor.set_sampling(sid, Sampling(), 1)
+        prompt = tuple(rng.integers(3, 1000, 128).tolist())
+        tokens[sid] = executor.execute([BatchInput(sid, prompt, 0)])[0].token
     without_device(executor)
     behind = Behind(executor)
-    _, token = time_calls(executor, sid, token, 20, 1, True)  # warm the memos
-    for name, speculate in (("DFlash cycle", True), ("plain step", False)):
+    time_calls(executor, tokens, 20, 1, True)  # warm the memos
+    for name, speculate in (("DFlash round", True), ("plain step", False)):
         behind.seconds = 0.0
-        times, token = time_calls(executor, sid, token, args.cycles, args.rounds, speculate)
+        times = time_calls(executor, tokens, args.cycles, args.rounds, speculate)
         overlapped = 1e3 * behind.seconds / (args.cycles * args.rounds)
-        print(f"{name}: host ms best {min(times):.3f}, median {statistics.median(times):.3f} "
-              f"({args.rounds} rounds of {args.cycles}); of which behind the verify (overlapped "
-              f"on a device) {overlapped:.3f} on average")
+        print(f"{name}, {args.sessions} session(s): host ms best {min(times):.3f}, median "
+              f"{statistics.median(times):.3f} ({args.rounds} rounds of {args.cycles}); of "
+              f"which behind the verify (overlapped on a device) {overlapped:.3f} on average")
     if args.profile:
         profile = cProfile.Profile()
         profile.enable()
-        time_calls(executor, sid, token, args.cycles, 1, True)
+        time_calls(executor, tokens, args.cycles, 1, True)
         profile.disable()
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
 
