@@ -8,6 +8,7 @@ take each row's argmax (or run the sampler graph) on the device and bring back t
     python tools/gpu_bench.py steps --shapes A,B,C --batches 1,8,32 --out DIR
     python tools/gpu_bench.py dflash --shape C --out DIR          # a cycle over an AR step
     python tools/gpu_bench.py smollm2 --draft DRAFT --out DIR      # real weights, plain vs spec
+        [--compare-tokens GENAI_JSON]  # and against a peer's answers (genai_smollm2_gpu.py)
     python tools/gpu_bench.py flips --draft DRAFT --prompts 200 --out DIR
     python tools/gpu_bench.py kernels --shapes A --batches 1,8 --out DIR  # CUDA kernels per step
     python tools/gpu_bench.py projections --shapes A,B --out DIR  # cuBLAS vs RowMatMul, by rows
@@ -652,6 +653,8 @@ def cmd_smollm2(args) -> None:
 
     folder = export_real(args)
     prompts = held_out_prompts(args.prompts)
+    peer = (json.loads(args.compare_tokens.read_text())["answers"] if args.compare_tokens
+            else None)
     rows = []
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
     batches = [int(b) for b in args.batches.split(",")]
@@ -679,12 +682,13 @@ def cmd_smollm2(args) -> None:
             calls_before = method_calls(llm.executor)
             host_ms = host_probe_ms()
             rounds_before = (stats.rounds, stats.seconds.get("round", 0.0)) if stats else (0, 0)
-            tokens, seconds = 0, 0.0
+            tokens, seconds, answers = 0, 0.0, []
             for first in range(0, len(prompts), batch):
                 start = time.perf_counter()
                 outs = llm.generate(prompts[first:first + batch], params)
                 seconds += time.perf_counter() - start
                 tokens += sum(len(o.token_ids) for o in outs)
+                answers += [list(o.token_ids) for o in outs]
             cycles, accepted = ((stats.cycles - before[0], stats.accepted - before[1]) if stats
                                 else (0, 0))
             rows.append({"speculation": speculation, "n_draft": getattr(llm.executor, "n_draft",
@@ -696,6 +700,8 @@ def cmd_smollm2(args) -> None:
                          "tau": (accepted + cycles) / cycles if cycles else None,
                          "ms_per_call": methods_since(llm.executor, calls_before),
                          "host_probe_ms": host_ms})
+            if peer is not None:
+                rows[-1]["against_peer"] = agreement(answers, peer)
             if stats and stats.rounds > rounds_before[0]:  # a speculate() call, host included
                 rows[-1]["round_ms"] = 1e3 * (stats.seconds["round"] - rounds_before[1]) / (
                     stats.rounds - rounds_before[0])
@@ -727,6 +733,21 @@ def cmd_flips(args) -> None:
                         "first_difference_positions": firsts}
         print(mode, json.dumps(report[mode]), flush=True)
     write(args.out / f"flips_{args.dtype}.json", report)
+
+
+def agreement(answers: list[list[int]], peer: list[list[int]]) -> dict:
+    """How cellspec's answers compare with a peer's to the same prompts (tools/
+    genai_smollm2_gpu.py): answers equal token for token, and each one's first differing token
+    (None where equal)."""
+    if len(answers) != len(peer):
+        raise ValueError(f"{len(answers)} answers against the peer's {len(peer)}")
+    firsts = []
+    for ours, theirs in zip(answers, peer):
+        differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+        firsts.append(differ[0] if differ else (None if len(ours) == len(theirs)
+                                                else min(len(ours), len(theirs))))
+    return {"equal": sum(f is None for f in firsts), "of": len(firsts),
+            "first_difference": firsts}
 
 
 def export_real(args) -> Path:
@@ -802,6 +823,9 @@ def main() -> None:
             "next cycle's start, as before 2026-12-02), e.g. behind,first,behind,first")
     commands.choices["smollm2"].add_argument("--batches", default="1,8",
                                              help="sessions generating at once, e.g. 1,2,4,8")
+    commands.choices["smollm2"].add_argument(
+        "--compare-tokens", type=Path, help="a peer's answers to the same prompts (tools/"
+        "genai_smollm2_gpu.py --out): each row records how many of its answers equal them")
     commands.choices["smollm2"].add_argument("--temperature", type=float, default=0.0)
     commands.choices["smollm2"].add_argument("--top-p", type=float, default=1.0)
     commands.choices["smollm2"].add_argument(

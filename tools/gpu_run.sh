@@ -878,8 +878,41 @@ case "${1:-}" in
         | cut -c1-200
     gpu_tests
     ;;
+  genai-real)  # cellspec against ONNX Runtime GenAI 0.18 on the real SmolLM2, the same weights
+               # in float16 (GenAI's builder on an HF folder of the bundled GGUF, made by
+               # .peer/smollm2_hf.py: .peer carried), one session, greedy, 16 held-out prompts
+               # to eos or 96 tokens: GenAI, cellspec plain and speculating (the LLM's defaults,
+               # CellAttention) with each answer compared with GenAI's, ROUNDS (2) times
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    G=/tmp/oga-real
+    NVLIB=$(python3 -c "import glob,site,os;print(':'.join(d for sp in site.getsitepackages() for d in glob.glob(os.path.join(sp,'nvidia','cu13','lib'))+glob.glob(os.path.join(sp,'nvidia','cudnn','lib'))))")
+    mkdir -p $G
+    [ -f $G/hf/config.json ] || python3 .peer/smollm2_hf.py $G/hf > $G/hf.log 2>&1 \
+        || { tail -5 $G/hf.log; exit 7; }
+    [ -f $G/og/genai_config.json ] || LD_LIBRARY_PATH=$NVLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+        python3 -m onnxruntime_genai.models.builder -i $G/hf -o $G/og -p fp16 -e cuda \
+        -c $G/cache --extra_options enable_cuda_graph=1 > $G/build.log 2>&1 \
+        || { tail -5 $G/build.log; exit 8; }
+    # cellspec's float16 artifact (its tokenizer gives both runtimes the same prompt ids)
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --prompts 1 --tokens 2 --batches 1 --out "$WORK/export-only" \
+        --work "$WORK" > /dev/null 2>&1 || exit 9
+    for round in $(seq "${ROUNDS:-2}"); do
+      LD_LIBRARY_PATH=$NVLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} python3 \
+          tools/genai_smollm2_gpu.py --og $G/og --artifact "$WORK/smollm2-float16-$(basename \
+          "$SHIPPED")" --tokens 96 --out "$OUT/genai-$round.json" 2>&1 | grep "^{"
+      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+          --draft "$SHIPPED" --batches 1 --tokens 96 --compare-tokens "$OUT/genai-$round.json" \
+          --out "$OUT/cellspec-$round" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
+          | python3 -c "import json,sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print({k: r.get(k) for k in ('speculation', 'n_draft', 'tokens', 'tokens_per_s', 'tau',
+                                 'round_ms', 'against_peer')})"
+    done
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real" >&2
     exit 2
     ;;
 esac
