@@ -711,7 +711,8 @@ def cmd_smollm2(args) -> None:
 
 def cmd_flips(args) -> None:
     """Speculation on against off over many held-out prompts, greedy and seeded: the fraction
-    of prompts whose tokens are identical, and where the others first differ."""
+    of prompts whose tokens are identical, and where the others first differ. `--sessions` at
+    once (default 32), every one allowed to speculate."""
     from cellspec.llm import LLM, SamplingParams
 
     folder = export_real(args)
@@ -722,7 +723,9 @@ def cmd_flips(args) -> None:
                                                    max_tokens=args.tokens))):
         texts = {}
         for speculation in (False, True):
-            llm = LLM(folder, backend=BACKEND[0], max_sessions=32, speculation=speculation)
+            llm = LLM(folder, backend=BACKEND[0], max_sessions=args.sessions,
+                      speculation=speculation, max_spec_batch=args.sessions if speculation
+                      else None)
             texts[speculation] = [o.token_ids for o in llm.generate(prompts, params)]
         same = [a == b for a, b in zip(texts[False], texts[True])]
         firsts = [next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
@@ -807,6 +810,8 @@ def main() -> None:
     commands.choices["smollm2"].add_argument(
         "--chain-steps", default="16", help="the LLM's decode chains (default: the LLM's "
         "16), each measured in turn for plain decoding (e.g. 1,16; 1 = no chains)")
+    commands.choices["flips"].add_argument("--sessions", type=int, default=32,
+                                           help="prompts answered at once")
     commands.choices["dflash"].add_argument("--shape", default="C")
     for name in ("steps", "dflash"):
         commands.choices[name].add_argument("--profile", action="store_true",

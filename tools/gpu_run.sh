@@ -911,8 +911,27 @@ for line in sys.stdin:
                                  'round_ms', 'against_peer')})"
     done
     ;;
+  flips16)  # float16 speculation against plain decoding with CellAttention (its RowMatMul
+            # projections): the GPU tests of it, the flips over 200 held-out prompts at 1 and 2
+            # sessions (greedy and seeded, 96 tokens), then the real SmolLM2 sampled (0.7,
+            # top_p 0.9) plain and speculating at 1 and 2 sessions
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+        tests/gpu/test_ort_cuda.py -k float16_speculation 2>&1 \
+        | tee "$OUT"/gpu_tests_f16spec.log | tail -2
+    for sessions in 1 2; do
+      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py flips --draft "$SHIPPED" \
+          --dtype float16 --prompts 200 --tokens 96 --sessions $sessions \
+          --out "$OUT/flips-$sessions" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -2 \
+          | cut -c1-200
+    done
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --batches 1,2 --tokens 96 --temperature 0.7 --top-p 0.9 \
+        --out "$OUT/sampled" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
+        | cut -c1-220
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16" >&2
     exit 2
     ;;
 esac
