@@ -930,8 +930,22 @@ for line in sys.stdin:
         --out "$OUT/sampled" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
         | cut -c1-220
     ;;
+  sampled)  # the real SmolLM2 sampled (0.7, top_p 0.9; CellAttention) plain and speculating at
+            # 1 and 2 sessions, ROUNDS (2) processes, each row with its host probe
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    for round in $(seq "${ROUNDS:-2}"); do
+      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+          --draft "$SHIPPED" --batches 1,2 --tokens 96 --temperature 0.7 --top-p 0.9 \
+          --out "$OUT/sampled-$round" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
+          | python3 -c "import json,sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print({k: r.get(k) for k in ('speculation', 'batch', 'tokens_per_s', 'tau', 'round_ms',
+                                 'host_probe_ms')})"
+    done
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled" >&2
     exit 2
     ;;
 esac
