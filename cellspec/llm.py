@@ -62,6 +62,11 @@ CPU_MAX_SPEC_BATCH = 4
 # at 2, 0.94x at 4 and 0.92x at 8 with at most 4 speculating; with at most 2: 1.48x, 1.27x,
 # 1.06x, 1.01x. So at most 2 sessions speculate.
 CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 2
+# ... and there a session drawing with a temperature does not speculate: its verify runs the
+# sampler over every row (1.41 against 1.09 ms greedy at 1 session) and accepts less (tau 1.75
+# at 0.7 / top_p 0.9 against 2.69 greedy), so speculation gave 0.95-1.01x plain at 1 session
+# and 0.74-0.80x at 2 (H200, 2026-12-03, bench/NOTES.md). Greedy sessions still speculate.
+CELL_SPECULATE_SAMPLED = False
 
 
 def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
@@ -87,6 +92,14 @@ def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
             best[1] if max_spec_batch is None else max_spec_batch, best[2], best[3])
 
 
+def speculates_sampled(backend: str) -> bool:
+    """Whether sessions that draw with a temperature speculate on this backend (greedy ones
+    always do): not on `ort-cuda` with CellAttention (CELL_SPECULATE_SAMPLED)."""
+    from cellspec.runtime.ort_device import cuda_attention  # imported with a backend
+
+    return not (backend == "ort-cuda" and cuda_attention() == "cell") or CELL_SPECULATE_SAMPLED
+
+
 class LLM:
     """A model ready to generate. `model`: an artifact folder, a checkpoint (HF folder or .gguf,
     exported once into the cache) or None for the bundled SmolLM2-135M-Instruct. `chat`: wrap
@@ -102,7 +115,9 @@ class LLM:
     (at least one; the same text, a narrower verify where the draft is unsure; default:
     CPU_DRAFT_THRESHOLD on `ort-cpu`, else none; 0: none). `chain_steps`: where the backend
     runs ahead (`ort-cuda`), steps that only decode run as chains of up to this many (the host
-    plans each step while the device runs the one before; 1 = none)."""
+    plans each step while the device runs the one before; 1 = none). On `ort-cuda` with
+    CellAttention sessions that draw with a temperature do not speculate (CELL_SPECULATE_SAMPLED:
+    there it does not pay); greedy ones do."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
@@ -131,7 +146,8 @@ class LLM:
             self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft,
                                                 max_spec_batch=max_spec_batch,
                                                 draft_threshold=draft_threshold,
-                                                max_verify_rows=rows)
+                                                max_verify_rows=rows,
+                                                speculate_sampled=speculates_sampled(backend))
         elif n_draft is not None or max_spec_batch is not None or draft_threshold is not None:
             name = ("n_draft" if n_draft is not None else
                     "max_spec_batch" if max_spec_batch is not None else "draft_threshold")

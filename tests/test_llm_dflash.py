@@ -158,6 +158,22 @@ def test_cpu_speculates_few_proposals_by_default(tmp_path_factory):
     assert int4.generate([PROMPTS[0]], params)[0].token_ids == expected[0].token_ids
 
 
+def test_sampled_sessions_speculate_except_on_cuda_with_cell_attention(monkeypatch):
+    from cellspec.llm import speculates_sampled
+
+    monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION", raising=False)
+    assert speculates_sampled("ort-cpu") and speculates_sampled("ort-cuda")
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
+    assert speculates_sampled("ort-cpu") and not speculates_sampled("ort-cuda")
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")
+    assert speculates_sampled("ort-cuda")
+
+
+def test_the_llm_lets_sampled_sessions_speculate_on_the_cpu(chat_dflash_artifact):
+    llm = LLM(chat_dflash_artifact, max_sessions=2)
+    assert llm.executor.speculate_sampled is True
+
+
 def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypatch):
     """What the caller leaves None is set per backend: ort-cpu few proposals and at most 4
     sessions; ort-cuda with CellAttention 7 proposals and at most 2 sessions; ort-cuda with

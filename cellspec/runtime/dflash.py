@@ -22,6 +22,10 @@ many sessions stays narrow.
 `max_spec_batch`: when more inputs of one batch could speculate, they all take a plain step
 instead (their taps wait in the pool and are drained at the next cycle). On the CPU a verify
 costs about its width in steps, so a cycle for many sessions costs more than it saves.
+
+`speculate_sampled=False`: sessions that draw with a temperature always take plain steps (their
+verify's sampler costs more than their acceptance saves on some backends); greedy ones in the
+same batch still speculate. Either way the text is plain decoding's.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ class DFlashExecutor(Executor):
                  proposer: Proposer | None = None, n_draft: int | None = None,
                  max_spec_batch: int | None = None,
                  draft_threshold: float | None = None,
-                 max_verify_rows: int | None = None) -> None:
+                 max_verify_rows: int | None = None, speculate_sampled: bool = True) -> None:
         super().__init__(*args)
         self.draft = draft
         self.proposer = proposer or draft
@@ -92,6 +96,7 @@ class DFlashExecutor(Executor):
         self.max_spec_batch = None if max_spec_batch is None else int(max_spec_batch)
         self.draft_threshold = check_draft_threshold(draft_threshold)
         self.max_verify_rows = check_max_verify_rows(max_verify_rows)
+        self.speculate_sampled = check_speculate_sampled(speculate_sampled)
         if self.draft_threshold is not None and (
                 proposer is not None or draft is None
                 or names.LOGITS not in draft.block.outputs):
@@ -105,10 +110,12 @@ class DFlashExecutor(Executor):
              proposer: Proposer | None = None, n_draft: int | None = None,
              max_spec_batch: int | None = None,
              draft_threshold: float | None = None,
-             max_verify_rows: int | None = None) -> DFlashExecutor:
+             max_verify_rows: int | None = None,
+             speculate_sampled: bool = True) -> DFlashExecutor:
         """Load an artifact with its draft (or, for tests, any `proposer`)."""
         check_draft_threshold(draft_threshold)  # before the engines load
         check_max_verify_rows(max_verify_rows)
+        check_speculate_sampled(speculate_sampled)
         parts = load_parts(artifact, backend, max_sessions, max_session_tokens, threads)
         folder, manifest, engines = parts[:3]
         if proposer is None and manifest.draft is None:
@@ -116,7 +123,7 @@ class DFlashExecutor(Executor):
         draft = None if proposer else DraftModel(folder, manifest, engines)
         return cls(*parts, draft=draft, proposer=proposer, n_draft=n_draft,
                    max_spec_batch=max_spec_batch, draft_threshold=draft_threshold,
-                   max_verify_rows=max_verify_rows)
+                   max_verify_rows=max_verify_rows, speculate_sampled=speculate_sampled)
 
     # -- session hooks: the draft cache follows the target ---------------------------------
 
@@ -180,15 +187,20 @@ class DFlashExecutor(Executor):
         return outputs
 
     def chains_run_ahead(self, batch: Sequence[BatchInput]) -> bool:
-        """Only where `execute` would not speculate: too many sessions could (max_spec_batch)."""
-        if not self.backend.runs_ahead or self.max_spec_batch is None:
+        """Only where `execute` would not speculate: no session of the batch could (a sampled
+        one where speculate_sampled is off, or one near its budget), or too many could
+        (max_spec_batch)."""
+        if not self.backend.runs_ahead:
             return False
         fast = [item for item in batch if item.sid in self.sessions
                 and self._can_speculate(item)]
-        return len(fast) > self.max_spec_batch
+        return not fast or (self.max_spec_batch is not None and len(fast) > self.max_spec_batch)
 
     def _can_speculate(self, item: BatchInput) -> bool:
-        state = self.sessions.sessions[item.sid].draft
+        session = self.sessions.sessions[item.sid]
+        if not self.speculate_sampled and session.sampling and not session.sampling.is_greedy:
+            return False
+        state = session.draft
         position = self.cache.pos(item.sid)
         return (item.produce_output and state.pending is not None
                 and item.tokens == (state.pending,) and item.position == position
@@ -279,6 +291,13 @@ def check_draft_threshold(threshold: float | None) -> float | None:
         raise InvalidArgument(f"draft_threshold {threshold!r}: expected a number in [0, 1) "
                               "(0: no cut) or None")
     return None if float(threshold) == 0.0 else float(threshold)
+
+
+def check_speculate_sampled(value: bool) -> bool:
+    """True or False (a truthy number or string is refused: it says nothing it means)."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"speculate_sampled {value!r}: expected True or False")
+    return value
 
 
 def check_max_verify_rows(rows: int | None) -> int | None:

@@ -278,3 +278,56 @@ def test_dflash_chains_over_its_spec_limit_and_keeps_its_text(dflash_artifact, s
             last[out.sid] = out.tokens[-1]
     assert [g[:12] for g in got[:2]] == expected[:2]
     assert got[2] == expected[2][:5]
+
+
+def greedy_and_sampled(executor, texts):
+    """Two sessions prefilled in one batch, the first greedy (seed 1), the second sampled
+    (seed 2): (sids, the first token of each)."""
+    sids = [executor.open_session() for _ in texts]
+    executor.set_sampling(sids[0], GREEDY, 1)
+    executor.set_sampling(sids[1], SAMPLED, 2)
+    outs = executor.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
+    return sids, [o.token for o in outs]
+
+
+def test_sampled_sessions_step_plainly_where_speculate_sampled_is_off(dflash_artifact):
+    """speculate_sampled=False: in one batch the greedy session speculates at every call and
+    the sampled one takes a plain step (one token); both texts are plain decoding's."""
+    texts = prompts(2, seed=11)
+    plain = Executor.load(dflash_artifact, max_sessions=4)
+    sids, firsts = greedy_and_sampled(plain, texts)
+    expected = decode(plain, sids, firsts, 10)
+
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=4, speculate_sampled=False)
+    sids, firsts = greedy_and_sampled(spec, texts)
+    got, last, calls = {s: [] for s in sids}, dict(zip(sids, firsts)), 0
+    while len(got[sids[1]]) < 10:
+        live = [s for s in sids if len(got[s]) < 10]
+        outs = spec.execute([BatchInput(s, (last[s],), spec.pos(s)) for s in live])
+        calls += sids[0] in live
+        for out in outs:
+            assert out.sid == sids[0] or len(out.tokens) == 1
+            got[out.sid] += out.tokens
+            last[out.sid] = out.tokens[-1]
+    assert spec.stats.cycles == calls > 0  # one cycle a call: the greedy session's
+    assert [got[s][:10] for s in sids] == expected
+
+
+def test_chains_run_ahead_where_no_session_can_speculate(dflash_artifact):
+    texts = prompts(2, seed=12)
+    off = DFlashExecutor.load(dflash_artifact, backend=host_backend(dflash_artifact, 4),
+                              max_sessions=4, speculate_sampled=False)
+    sids, firsts = greedy_and_sampled(off, texts)
+    batch = [BatchInput(s, (t,), off.pos(s)) for s, t in zip(sids, firsts)]
+    assert not off.chains_run_ahead(batch)  # the greedy session would speculate
+    assert off.chains_run_ahead(batch[1:])  # the sampled one alone steps plainly: a chain
+    on = DFlashExecutor.load(dflash_artifact, backend=host_backend(dflash_artifact, 4),
+                             max_sessions=4)
+    sids, firsts = greedy_and_sampled(on, texts)
+    assert not on.chains_run_ahead([BatchInput(sids[1], (firsts[1],), on.pos(sids[1]))])
+
+
+@pytest.mark.parametrize("value", [1, 0, "no", None])
+def test_speculate_sampled_must_be_a_bool(dflash_artifact, value):
+    with pytest.raises(InvalidArgument, match="speculate_sampled .*expected True or False"):
+        DFlashExecutor.load(dflash_artifact, max_sessions=2, speculate_sampled=value)
