@@ -327,6 +327,27 @@ def test_chains_run_ahead_where_no_session_can_speculate(dflash_artifact):
     assert not on.chains_run_ahead([BatchInput(sids[1], (firsts[1],), on.pos(sids[1]))])
 
 
+def test_a_sampled_session_that_does_not_speculate_chains_to_plain_decodings_text(
+        dflash_artifact):
+    """speculate_sampled=False on a backend that runs ahead (a queued device, as ort-cuda): a
+    sampled session's steps run as a chain and then one at a time, never a cycle, and give
+    plain decoding's tokens."""
+    texts = prompts(1, seed=13)
+    plain = Executor.load(dflash_artifact, max_sessions=2)
+    sids, firsts = prefill(plain, texts, SAMPLED, [4])
+    expected = decode(plain, sids, firsts, 9)[0]
+    spec = DFlashExecutor.load(dflash_artifact, backend=queued_backend(dflash_artifact, 2),
+                               max_sessions=2, speculate_sampled=False)
+    sids, firsts = prefill(spec, texts, SAMPLED, [4])
+    batch = [BatchInput(sids[0], (firsts[0],), spec.pos(sids[0]))]
+    assert spec.chains_run_ahead(batch)
+    got = list(spec.decode(batch, 6)[0].tokens)
+    for _ in range(3):
+        out = spec.execute([BatchInput(sids[0], (got[-1],), spec.pos(sids[0]))])[0]
+        got += out.tokens
+    assert got == expected and spec.stats.cycles == 0
+
+
 @pytest.mark.parametrize("value", [1, 0, "no", None])
 def test_speculate_sampled_must_be_a_bool(dflash_artifact, value):
     with pytest.raises(InvalidArgument, match="speculate_sampled .*expected True or False"):
