@@ -2,10 +2,10 @@
 candidate paths (each its own row of the step), or a tree of proposals that shares prefixes.
 Offline: acceptance is exact (the target's text is known), costs are only counted as rows.
 
-Runs speculative decoding (greedy, one prompt at a time, --n-draft proposals a cycle, no
-threshold) on held-out prompts and records, for every cycle, the draft's top --top ids and
-probabilities at each block row (a softmax over its proposal vocabulary) and the text that
-followed the cycle's anchor. Then, over those cycles, for each strategy: tau = mean over cycles
+Runs speculative decoding (greedy or --temperature, one prompt at a time, --n-draft proposals
+a cycle, no threshold) on held-out prompts and records, for every cycle, the draft's top --top
+ids and probabilities at each block row (a softmax over its proposal vocabulary) and the text
+that followed the cycle's anchor. Then, over those cycles, for each strategy: tau = mean over cycles
 of (the longest prefix of the followed text that the strategy verified) + 1.
 
 - chain B: the argmax chain of B proposals (B + 1 verify rows: what cellspec verifies today).
@@ -17,6 +17,7 @@ of (the longest prefix of the followed text that the strategy verified) + 1.
   if a row could see only its ancestors; as paths of the step, leaves x (deepest + 1)).
 
     python tools/draft_trees.py ARTIFACT [--prompts 48] [--tokens 128] [--n-draft 15]
+        [--temperature 0.7 --top-p 0.9]
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--top", type=int, default=8, help="ids recorded per block row")
     parser.add_argument("--tree-depth", type=int, default=15)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="> 0: answers drawn (seed 5, --top-p); a tree's acceptance follows "
+                        "the drawn text, as the per-position draws make it exact")
+    parser.add_argument("--top-p", type=float, default=1.0)
     args = parser.parse_args()
     if args.prompts < 1 or args.tokens < 1 or args.top < 4 or args.tree_depth < 1:
         parser.error("--prompts and --tokens must be >= 1, --top >= 4, --tree-depth >= 1")
@@ -105,7 +110,8 @@ def record(args) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
     samples = []
     for text in held_out_texts(args.prompts):
         start = len(cycles)
-        llm.generate([text], SamplingParams(max_tokens=args.tokens))
+        llm.generate([text], SamplingParams(max_tokens=args.tokens, seed=5,
+                                            temperature=args.temperature, top_p=args.top_p))
         followed = list(itertools.chain.from_iterable(c[2] for c in cycles[start:]))
         offset = 0
         for top, probs, burst in cycles[start:]:
@@ -176,7 +182,9 @@ def main() -> None:
     args = parse_args()
     samples = record(args)
     n_max = min(len(top) for top, _, _ in samples)
-    print(f"{args.artifact}: {len(samples)} cycles, {args.prompts} held-out prompts, greedy")
+    how = (f"temperature {args.temperature}, top_p {args.top_p}" if args.temperature
+           else "greedy")
+    print(f"{args.artifact}: {len(samples)} cycles, {args.prompts} held-out prompts, {how}")
     print(f"{'strategy':<22} {'verify rows':>12} {'tau':>6}")
 
     def report(name: str, build, rows) -> None:
