@@ -204,6 +204,13 @@ real_smollm2() {
       --draft "$SHIPPED" --chain-steps 16 --batches 1,8 --tokens 96 --out "$OUT/real" \
       --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4 | cut -c1-200
 }
+# the JSON rows of gpu_bench.py on stdin, each shown as the named KEYs only
+row_fields() {  # KEY...
+  python3 -c "import json, sys
+for line in sys.stdin:
+    row = json.loads(line)
+    print({key: row.get(key) for key in sys.argv[1:]})" "$@"
+}
 # the CellAttention tests of tests/gpu/test_ort_cuda.py (the current folder's tree) with the
 # shipped draft, the log to LOG; the last LINES lines shown
 cell_gpu_tests() {  # LOG LINES
@@ -904,11 +911,7 @@ case "${1:-}" in
       CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
           --draft "$SHIPPED" --batches 1 --tokens 96 --compare-tokens "$OUT/genai-$round.json" \
           --out "$OUT/cellspec-$round" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
-          | python3 -c "import json,sys
-for line in sys.stdin:
-    r = json.loads(line)
-    print({k: r.get(k) for k in ('speculation', 'n_draft', 'tokens', 'tokens_per_s', 'tau',
-                                 'round_ms', 'against_peer')})"
+          | row_fields speculation n_draft tokens tokens_per_s tau round_ms against_peer
     done
     ;;
   flips16)  # float16 speculation against plain decoding with CellAttention (its RowMatMul
@@ -937,11 +940,7 @@ for line in sys.stdin:
       CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
           --draft "$SHIPPED" --batches 1,2 --tokens 96 --temperature 0.7 --top-p 0.9 \
           --out "$OUT/sampled-$round" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
-          | python3 -c "import json,sys
-for line in sys.stdin:
-    r = json.loads(line)
-    print({k: r.get(k) for k in ('speculation', 'batch', 'tokens_per_s', 'tau', 'round_ms',
-                                 'host_probe_ms')})"
+          | row_fields speculation batch tokens_per_s tau round_ms host_probe_ms
     done
     ;;
   *)
