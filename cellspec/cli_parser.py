@@ -163,6 +163,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-spec-batch", type=int, metavar="N",
                         help="the most requests that speculate in one step; with more, the step "
                         "decodes plainly (default: no limit, 4 on ort-cpu)")
+    parser.add_argument("--tree-nodes", type=int, metavar="N",
+                        help="verify a tree of N proposals per cycle, grown from the draft's "
+                        "top choices (0: a chain; default: 15 on ort-cuda with CellAttention, "
+                        "the one backend that verifies trees exactly, else chains)")
 
 
 def add_session_arguments(parser: argparse.ArgumentParser, default_sessions: str) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cellspec import artifact as names
 from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArgument
 from cellspec.model_cache import resolve_model
@@ -67,6 +68,44 @@ CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 2
 # at 0.7 / top_p 0.9 against 2.69 greedy), so speculation gave 0.95-1.01x plain at 1 session
 # and 0.74-0.80x at 2 (H200, 2026-12-03, bench/NOTES.md). Greedy sessions still speculate.
 CELL_SPECULATE_SAMPLED = False
+# ... and a cycle verifies a tree of proposals (runtime/trees.py) rather than a chain: each row
+# of the verify sees only its ancestors, which CellAttention keys by position, so the text is
+# unchanged. Offline (bench/NOTES.md, 2026-12-03) a tree of 7 gave tau 2.80 where a chain of 7
+# gave 2.45, a tree of 15 3.07.
+CELL_TREE_NODES = 15
+
+
+def tree_defaults(backend: str, folder: Path, manifest: Manifest, tree_nodes: int | None,
+                  draft_threshold: float | None) -> int | None:
+    """The nodes of each cycle's tree (None: chains): `tree_nodes` where given (0: chains),
+    else CELL_TREE_NODES on `ort-cuda` with CellAttention when the draft gives its choices
+    (exported since trees) and no threshold is asked."""
+    from cellspec.runtime.ort_device import cuda_attention  # imported with a backend
+
+    if check_tree_nodes(tree_nodes) is not None:
+        return tree_nodes or None
+    if backend != "ort-cuda" or cuda_attention() != "cell" or draft_threshold is not None \
+            or manifest.draft is None or not draft_gives_choices(folder, manifest):
+        return None
+    return min(CELL_TREE_NODES, manifest.max_step_width - 1)
+
+
+def check_tree_nodes(tree_nodes: int | None) -> int | None:
+    """LLM's tree_nodes: None or an int >= 0."""
+    if tree_nodes is not None and (isinstance(tree_nodes, bool) or not isinstance(
+            tree_nodes, int) or tree_nodes < 0):
+        raise InvalidArgument(f"tree_nodes {tree_nodes!r}: expected an int >= 0 (0: chains) "
+                              "or None (the backend's default)")
+    return tree_nodes
+
+
+def draft_gives_choices(folder: Path, manifest: Manifest) -> bool:
+    """Whether the artifact's draft_block outputs each row's top choices (a tree's)."""
+    import onnx
+
+    assert manifest.draft is not None
+    graph = onnx.load(str(folder / manifest.draft.block_graph), load_external_data=False)
+    return names.TOP_IDS in {o.name for o in graph.graph.output}
 
 
 def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
@@ -117,7 +156,10 @@ class LLM:
     runs ahead (`ort-cuda`), steps that only decode run as chains of up to this many (the host
     plans each step while the device runs the one before; 1 = none). On `ort-cuda` with
     CellAttention sessions that draw with a temperature do not speculate (CELL_SPECULATE_SAMPLED:
-    there it does not pay); greedy ones do."""
+    there it does not pay); greedy ones do. `tree_nodes`: each cycle verifies a tree of this
+    many proposals, grown from the draft's top choices per row (0: a chain; default:
+    CELL_TREE_NODES on `ort-cuda` with CellAttention, the one backend that verifies a tree as
+    plain decoding rounds; elsewhere chains)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
@@ -125,8 +167,10 @@ class LLM:
                  max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
                  speculation: bool | None = None, n_draft: int | None = None,
                  max_spec_batch: int | None = None, draft_threshold: float | None = None,
-                 chain_steps: int = DEFAULT_CHAIN_STEPS) -> None:
+                 chain_steps: int = DEFAULT_CHAIN_STEPS,
+                 tree_nodes: int | None = None) -> None:
         self.chain_steps = check_chain_steps(chain_steps)
+        check_tree_nodes(tree_nodes)
         if chat is not None and not isinstance(chat, bool):
             raise InvalidArgument(f"chat {chat!r}: expected True, False or None")
         if speculation is not None and not isinstance(speculation, bool):
@@ -141,16 +185,21 @@ class LLM:
                       max_session_tokens=max_session_tokens, threads=threads)
         self.executor: Executor | DFlashExecutor
         if has_draft and speculation is not False:
+            tree_nodes = tree_defaults(backend, self.folder, manifest, tree_nodes,
+                                       draft_threshold)
             n_draft, max_spec_batch, draft_threshold, rows = speculation_defaults(
                 backend, manifest, n_draft, max_spec_batch, draft_threshold)
             self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft,
                                                 max_spec_batch=max_spec_batch,
                                                 draft_threshold=draft_threshold,
                                                 max_verify_rows=rows,
-                                                speculate_sampled=speculates_sampled(backend))
-        elif n_draft is not None or max_spec_batch is not None or draft_threshold is not None:
+                                                speculate_sampled=speculates_sampled(backend),
+                                                tree_nodes=tree_nodes)
+        elif n_draft is not None or max_spec_batch is not None or draft_threshold is not None \
+                or tree_nodes:
             name = ("n_draft" if n_draft is not None else
-                    "max_spec_batch" if max_spec_batch is not None else "draft_threshold")
+                    "max_spec_batch" if max_spec_batch is not None else
+                    "draft_threshold" if draft_threshold is not None else "tree_nodes")
             raise InvalidArgument(f"{name} is set, but speculation is off")
         else:
             self.executor = Executor.load(self.folder, **limits)

@@ -106,6 +106,10 @@ def test_bench_prints_tokens_per_second(artifact):
     (("generate", "x", "--draft-threshold", 0.5, "--model", "{art}"),
      "--draft-threshold is set, but speculation is off"),
     (("generate", "x", "--draft-threshold", "half"), "invalid float value"),
+    (("generate", "x", "--tree-nodes", 3, "--model", "{art}"),
+     "--tree-nodes is set, but speculation is off"),
+    (("generate", "x", "--tree-nodes", -2, "--model", "{art}"), "--tree-nodes -2"),
+    (("generate", "x", "--tree-nodes", "many"), "invalid int value"),
 ])
 def test_bad_arguments_print_one_line_and_exit_2(artifact, tmp_path, args, message):
     args = [str(a).format(art=artifact, tmp=tmp_path) for a in args]

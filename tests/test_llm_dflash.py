@@ -238,3 +238,56 @@ def test_a_manifest_whose_proposal_vocab_disagrees_with_the_draft_graph_is_refus
     with pytest.raises(InvalidArtifact, match="logits over .* draft.proposal_vocab_size says 7"):
         LLM(copy)
     assert LLM(chat_dflash_artifact).executor.draft is not None  # the original still loads
+
+
+def test_tree_defaults_follow_the_backend_and_the_draft(chat_dflash_artifact, monkeypatch,
+                                                        tmp_path):
+    """Trees of CELL_TREE_NODES on ort-cuda with CellAttention when the draft gives its top
+    choices; chains elsewhere, with a threshold, with a draft exported before trees, or asked
+    (0). A given count is kept (the executor refuses it where trees cannot be exact)."""
+    import shutil
+
+    import onnx
+
+    from cellspec.artifact import Manifest
+    from cellspec.llm import CELL_TREE_NODES, tree_defaults
+
+    folder, manifest = chat_dflash_artifact, Manifest.load(chat_dflash_artifact)
+    widest = manifest.max_step_width - 1
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
+    assert tree_defaults("ort-cuda", folder, manifest, None, None) == min(CELL_TREE_NODES,
+                                                                          widest)
+    assert tree_defaults("ort-cuda", folder, manifest, None, 0.2) is None
+    assert tree_defaults("ort-cuda", folder, manifest, 0, None) is None
+    assert tree_defaults("ort-cpu", folder, manifest, None, None) is None
+    assert tree_defaults("ort-cpu", folder, manifest, 5, None) == 5
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")
+    assert tree_defaults("ort-cuda", folder, manifest, None, None) is None
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
+    # a draft_block without top_ids/top_logp (exported before 2026-12-03): chains
+    old = tmp_path / "old"
+    shutil.copytree(folder, old)
+    graph = onnx.load(str(old / manifest.draft.block_graph), load_external_data=False)
+    kept = [o for o in graph.graph.output if o.name not in ("top_ids", "top_logp")]
+    del graph.graph.output[:]
+    graph.graph.output.extend(kept)
+    onnx.save(graph, str(old / manifest.draft.block_graph))
+    assert tree_defaults("ort-cuda", old, manifest, None, None) is None
+
+
+@pytest.mark.parametrize("value", [-1, True, 2.0, "7"])
+def test_bad_tree_nodes_are_refused_before_anything_loads(value, monkeypatch):
+    def no_export(*args, **kwargs):
+        raise AssertionError("resolved the model before checking tree_nodes")
+
+    monkeypatch.setattr("cellspec.llm.resolve_model", no_export)
+    with pytest.raises(InvalidArgument, match="tree_nodes"):
+        LLM("anything", tree_nodes=value)
+
+
+def test_trees_are_refused_where_they_cannot_be_exact(chat_dflash_artifact):
+    with pytest.raises(InvalidArgument, match="backend ort-cpu cannot verify a tree"):
+        LLM(chat_dflash_artifact, max_sessions=2, tree_nodes=3)
+    with pytest.raises(InvalidArgument, match="tree_nodes is set, but speculation is off"):
+        LLM(chat_dflash_artifact, max_sessions=2, speculation=False, tree_nodes=3)
+    assert LLM(chat_dflash_artifact, max_sessions=2, tree_nodes=0).executor.tree_nodes is None

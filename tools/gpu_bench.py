@@ -662,13 +662,15 @@ def cmd_smollm2(args) -> None:
     thresholds = ([float(t) for t in args.draft_thresholds.split(",")]
                   if args.draft_thresholds else [None])
     drains = drain_modes(args)
-    runs = [(False, None, None, c, None) for c in chains] + [
-        (True, n, t, chains[-1], d) for n in n_drafts for t in thresholds for d in drains]
-    for speculation, n_draft, threshold, chain_steps, drain in runs:
+    trees = [int(t) for t in args.tree_nodes.split(",")] if args.tree_nodes else [None]
+    runs = [(False, None, None, c, None, None) for c in chains] + [
+        (True, n, t, chains[-1], d, tree) for tree in trees for n in n_drafts
+        for t in thresholds for d in drains]
+    for speculation, n_draft, threshold, chain_steps, drain, tree in runs:
         llm = LLM(folder, backend=BACKEND[0], max_sessions=max(8, *batches),
                   speculation=speculation, n_draft=n_draft,
                   max_spec_batch=args.max_spec_batch if speculation else None,
-                  draft_threshold=threshold, chain_steps=chain_steps)
+                  draft_threshold=threshold, chain_steps=chain_steps, tree_nodes=tree)
         if speculation:  # "behind": drain the verify's rows as it runs; "first": next cycle
             llm.executor.drain_behind_verify = drain == "behind"
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
@@ -693,7 +695,8 @@ def cmd_smollm2(args) -> None:
                                 else (0, 0))
             rows.append({"speculation": speculation, "n_draft": getattr(llm.executor, "n_draft",
                          None), "draft_threshold": getattr(llm.executor, "draft_threshold",
-                         None), "chain_steps": chain_steps, "batch": batch,
+                         None), "tree_nodes": getattr(llm.executor, "tree_nodes", None),
+                         "chain_steps": chain_steps, "batch": batch,
                          "temperature": args.temperature, "top_p": args.top_p,
                          "drain": drain, "prompts": len(prompts), "tokens": tokens,
                          "tokens_per_s": tokens / seconds,
@@ -725,7 +728,7 @@ def cmd_flips(args) -> None:
         for speculation in (False, True):
             llm = LLM(folder, backend=BACKEND[0], max_sessions=args.sessions,
                       speculation=speculation, max_spec_batch=args.sessions if speculation
-                      else None)
+                      else None, tree_nodes=args.tree_nodes if speculation else None)
             texts[speculation] = [o.token_ids for o in llm.generate(prompts, params)]
         same = [a == b for a, b in zip(texts[False], texts[True])]
         firsts = [next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
@@ -812,6 +815,12 @@ def main() -> None:
         "16), each measured in turn for plain decoding (e.g. 1,16; 1 = no chains)")
     commands.choices["flips"].add_argument("--sessions", type=int, default=32,
                                            help="prompts answered at once")
+    commands.choices["flips"].add_argument(
+        "--tree-nodes", type=int, help="speculate with trees of this many proposals (0: "
+        "chains; default: the LLM's)")
+    commands.choices["smollm2"].add_argument(
+        "--tree-nodes", help="cycle shapes to compare, each in turn with every n_draft: 0 = a "
+        "chain, T = a tree of T proposals, e.g. 0,7,15 (default: the LLM's)")
     commands.choices["dflash"].add_argument("--shape", default="C")
     for name in ("steps", "dflash"):
         commands.choices[name].add_argument("--profile", action="store_true",

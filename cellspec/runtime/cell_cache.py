@@ -118,6 +118,31 @@ class CellCache:
         self.seq_cells[seq] = cells[:pos].copy()
         self.version += 1
 
+    def keep_path(self, seq: int, start: int, keep: list[int]) -> None:
+        """Of the positions >= start of `seq` (a verified tree's rows, committed in row order),
+        keep those at offsets `keep` (strictly increasing) as positions start, start + 1, ...;
+        forget the rest (cells no other sequence sees become free)."""
+        cells = self._cells_of(seq)
+        if not 0 <= start <= len(cells):
+            raise InvalidArgument(f"seq {seq}: path start {start} outside 0..{len(cells)}")
+        tail = cells[start:]
+        offsets = np.asarray(keep, dtype=np.int64)
+        if offsets.ndim != 1 or (offsets.size and (
+                offsets[0] < 0 or offsets[-1] >= tail.size or np.any(np.diff(offsets) <= 0))):
+            raise InvalidArgument(f"seq {seq}: path offsets {list(keep)}: expected increasing "
+                                  f"offsets in 0..{tail.size - 1}")
+        dropped = np.ones(tail.size, dtype=bool)
+        dropped[offsets] = False
+        kept = tail[offsets]
+        moved = kept[offsets != np.arange(kept.size)]
+        if np.any(self.cell_refs[moved] > 1):  # a moved cell must be this sequence's alone
+            raise InvalidArgument(f"seq {seq}: a path cell that would move is shared with "
+                                  "another sequence")
+        self._release(tail[dropped])
+        self.cell_pos[kept] = start + np.arange(kept.size)
+        self.seq_cells[seq] = np.concatenate([cells[:start], kept])
+        self.version += 1
+
     def clear(self) -> None:
         self.cell_pos[:] = -1
         self.cell_refs[:] = 0

@@ -46,6 +46,7 @@ from cellspec.runtime.draft import DraftModel, ProposalRequest
 from cellspec.runtime.executor import Executor, load_parts
 from cellspec.runtime.sampling import accept_count
 from cellspec.runtime.sessions import DraftState, Session
+from cellspec.runtime.trees import grow_tree, walk
 from cellspec.runtime.types import BatchInput, Output
 
 
@@ -78,7 +79,8 @@ class DFlashExecutor(Executor):
                  proposer: Proposer | None = None, n_draft: int | None = None,
                  max_spec_batch: int | None = None,
                  draft_threshold: float | None = None,
-                 max_verify_rows: int | None = None, speculate_sampled: bool = True) -> None:
+                 max_verify_rows: int | None = None, speculate_sampled: bool = True,
+                 tree_nodes: int | None = None) -> None:
         super().__init__(*args)
         self.draft = draft
         self.proposer = proposer or draft
@@ -102,7 +104,34 @@ class DFlashExecutor(Executor):
                 or names.LOGITS not in draft.block.outputs):
             raise InvalidArgument("draft_threshold needs the artifact's draft, whose draft_block "
                                   f"outputs {names.LOGITS}")
+        self.tree_nodes = self._check_tree_nodes(tree_nodes)
+        # the cells a cycle writes: its verify's rows
+        self.cycle_rows = max(self.n_draft, self.tree_nodes or 0) + 1
         self.stats = SpecStats()
+
+    def _check_tree_nodes(self, nodes: int | None) -> int | None:
+        """None (chains), or an int in [2, widest step - 1] where trees can be verified
+        exactly: on such a backend, with a proposer of choices, no threshold, no window."""
+        if nodes is None:
+            return None
+        limit = self.target.max_width - 1
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 2 <= nodes <= limit:
+            raise InvalidArgument(f"tree_nodes {nodes!r}: expected an int in [2, {limit}] or "
+                                  "None (chains)")
+        if not self.backend.exact_trees:
+            raise InvalidArgument(f"tree_nodes: backend {self.backend.name} cannot verify a "
+                                  "tree as plain decoding rounds (ort-cuda with CellAttention "
+                                  "can: CELLSPEC_CUDA_ATTENTION=cell)")
+        if not hasattr(self.proposer, "propose_choices") or (
+                self.proposer is self.draft and not self.draft.has_choices):
+            raise InvalidArgument(f"tree_nodes: the draft_block of {self.folder} gives no "
+                                  f"{names.TOP_IDS} (exported before trees: export it again)")
+        if self.draft_threshold is not None:
+            raise InvalidArgument("tree_nodes and draft_threshold: a tree takes no threshold")
+        if self.manifest.window:
+            raise InvalidArgument("tree_nodes: the target has sliding-window layers, whose "
+                                  "masks a tree step does not make")
+        return nodes
 
     @classmethod
     def load(cls, artifact: str | Path, backend: str | Backend = "ort-cpu", max_sessions: int = 8,
@@ -111,7 +140,8 @@ class DFlashExecutor(Executor):
              max_spec_batch: int | None = None,
              draft_threshold: float | None = None,
              max_verify_rows: int | None = None,
-             speculate_sampled: bool = True) -> DFlashExecutor:
+             speculate_sampled: bool = True,
+             tree_nodes: int | None = None) -> DFlashExecutor:
         """Load an artifact with its draft (or, for tests, any `proposer`)."""
         check_draft_threshold(draft_threshold)  # before the engines load
         check_max_verify_rows(max_verify_rows)
@@ -123,7 +153,8 @@ class DFlashExecutor(Executor):
         draft = None if proposer else DraftModel(folder, manifest, engines)
         return cls(*parts, draft=draft, proposer=proposer, n_draft=n_draft,
                    max_spec_batch=max_spec_batch, draft_threshold=draft_threshold,
-                   max_verify_rows=max_verify_rows, speculate_sampled=speculate_sampled)
+                   max_verify_rows=max_verify_rows, speculate_sampled=speculate_sampled,
+                   tree_nodes=tree_nodes)
 
     # -- session hooks: the draft cache follows the target ---------------------------------
 
@@ -204,7 +235,7 @@ class DFlashExecutor(Executor):
         position = self.cache.pos(item.sid)
         return (item.produce_output and state.pending is not None
                 and item.tokens == (state.pending,) and item.position == position
-                and position + self.n_draft + 1 <= self.max_session_tokens)
+                and position + self.cycle_rows <= self.max_session_tokens)
 
     def _plain(self, items: list[BatchInput]) -> list[Output | None]:
         step = self.pack(items)
@@ -223,6 +254,49 @@ class DFlashExecutor(Executor):
         sids = [item.sid for item in items]
         self._drain(sids)
         requests = [ProposalRequest(item.sid, item.tokens[0], item.position) for item in items]
+        if self.tree_nodes is not None:
+            bursts = self._speculate_tree(requests)
+        else:
+            bursts = self._speculate_chain(requests)
+        self.stats.rounds += 1
+        self.stats.seconds["round"] = self.stats.seconds.get("round", 0.0) + (
+            time.perf_counter() - start)
+        return bursts
+
+    def _speculate_tree(self, requests: list[ProposalRequest]) -> list[tuple[int, ...]]:
+        """Each owner's tree of `tree_nodes` proposals (runtime/trees.py) verified in one
+        target step; the accepted path is kept, the other rows leave the cache."""
+        sids = [r.sid for r in requests]
+        nodes = self.tree_nodes
+        if self.max_verify_rows is not None:
+            nodes = max(1, min(nodes, self.max_verify_rows // len(requests) - 1))
+        ids, logp = self.proposer.propose_choices(requests, self.n_draft)  # [O, n, k]
+        trees = [grow_tree(ids[o], logp[o], nodes) for o in range(len(requests))]
+        width = trees[0].rows
+        tokens = np.concatenate([[r.anchor, *t.tokens] for r, t in zip(requests, trees)])
+        parents = np.concatenate([t.parents for t in trees])
+        # each row drawn with the uniform of the position after it, as plain decoding would
+        positions = [r.position + int(d) + 1 for r, t in zip(requests, trees) for d in t.depths]
+        draws = self.draws([sid for sid in sids for _ in range(width)], positions)
+        # while the verify runs, the anchors' taps go into the draft cache (the nodes' wait
+        # for the verdict: only the accepted path's are the positions')
+        anchors = {r.sid: r.position + 1 for r in requests}
+        result = self.target.forward(np.repeat(sids, width), tokens.astype(np.int64),
+                                     np.arange(len(tokens), dtype=np.int64), draws,
+                                     meanwhile=lambda: self._drain(sids, anchors), tree=parents)
+        bursts = []
+        for owner, (request, tree) in enumerate(zip(requests, trees)):
+            path, burst = walk(tree, result.tokens[owner * width: (owner + 1) * width])
+            self.cache.keep_path(request.sid, request.position, path)
+            self._rewind_draft(request.sid, request.position + len(path))
+            self._state(request.sid).pending = burst[-1]
+            self._count(len(path) - 1, width - 1)
+            bursts.append(burst)
+        return bursts
+
+    def _speculate_chain(self, requests: list[ProposalRequest]) -> list[tuple[int, ...]]:
+        """Each owner's n_draft proposals verified as a chain in one target step."""
+        sids = [r.sid for r in requests]
         n_draft = self.n_draft
         if self.max_verify_rows is not None:
             n_draft = max(1, min(n_draft, self.max_verify_rows // len(requests) - 1))
@@ -255,9 +329,6 @@ class DFlashExecutor(Executor):
             self._state(request.sid).pending = burst[-1]
             self._count(accepted, n_draft)
             bursts.append(burst)
-        self.stats.rounds += 1
-        self.stats.seconds["round"] = self.stats.seconds.get("round", 0.0) + (
-            time.perf_counter() - start)
         return bursts
 
     def _state(self, sid: int) -> DraftState:
@@ -269,12 +340,14 @@ class DFlashExecutor(Executor):
         self.stats.accepted += accepted
         self.stats.bonus += accepted == n_draft
 
-    def _drain(self, sids: list[int]) -> None:
-        """Push every owner's undrained positions (draft frontier .. target frontier) through
-        draft_context in one call, their taps gathered by cell from the target's taps pool."""
+    def _drain(self, sids: list[int], upto: dict[int, int] | None = None) -> None:
+        """Push every owner's undrained positions (draft frontier .. target frontier, or
+        upto[sid]) through draft_context in one call, their taps gathered by cell from the
+        target's taps pool."""
         if not self.draft:
             return
-        runs = [(sid, self.draft.cache.pos(sid), self.cache.pos(sid)) for sid in sids]
+        runs = [(sid, self.draft.cache.pos(sid),
+                 self.cache.pos(sid) if upto is None else upto[sid]) for sid in sids]
         runs = [(sid, start, end) for sid, start, end in runs if start < end]
         if not runs:
             return

@@ -5,7 +5,8 @@ taps pool where the backend keeps it) through `draft_context`; the backend commi
 keys/values into the draft pools. `propose` runs `draft_block` on
 [anchor, mask...] blocks of up to `max_owners` sessions per call; the graph reads out only block
 rows 1..n_draft (`proposal_rows`) and returns their argmax (`proposals`) and logits;
-`propose_with_confidence` also fetches the logits, for the draft's probability of each proposal.
+`propose_with_confidence` also fetches the logits, for the draft's probability of each proposal;
+`propose_choices` fetches each row's top choices instead (top_ids, top_logp), for a tree.
 """
 
 from __future__ import annotations
@@ -84,12 +85,28 @@ class DraftModel:
         return (np.concatenate([proposals for proposals, _ in parts]),
                 np.concatenate([probs for _, probs in parts]))
 
+    @property
+    def has_choices(self) -> bool:
+        """Whether draft_block gives each row's top choices (artifacts exported before
+        2026-12-03 do not)."""
+        return names.TOP_IDS in self.block.outputs and names.TOP_LOGP in self.block.outputs
+
+    def propose_choices(self, requests: list[ProposalRequest],
+                        n_draft: int) -> tuple[np.ndarray, np.ndarray]:
+        """Block rows 1..n_draft's top choices for every request: ids and log-probabilities
+        [len(requests), n_draft, TOP_K], best first (a tree's material, runtime/trees.py)."""
+        parts = [self._propose_chunk(chunk, n_draft, choices=True)
+                 for chunk in self._chunks(requests)]
+        return (np.concatenate([ids for ids, _ in parts]),
+                np.concatenate([logp for _, logp in parts]))
+
     def _chunks(self, requests: list[ProposalRequest]) -> list[list[ProposalRequest]]:
         owners = self.method.max_owners
         return [requests[i: i + owners] for i in range(0, len(requests), owners)]
 
     def _propose_chunk(self, requests: list[ProposalRequest], n_draft: int,
-                       confidence: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+                       confidence: bool = False, choices: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray | None]:
         block, count = self.method.block_size, len(requests)
         seqs = np.array([r.sid for r in requests], dtype=np.int64)
         longest = max(self.cache.pos(int(s)) for s in seqs)
@@ -103,9 +120,14 @@ class DraftModel:
         feeds = {names.TOKENS: tokens, names.POSITIONS: plan.positions,
                  names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask,
                  names.PROPOSAL_ROWS: self._rows(n_draft)}
-        wanted = [names.PROPOSALS, names.LOGITS] if confidence else [names.PROPOSALS]
+        wanted = [names.TOP_IDS, names.TOP_LOGP] if choices else \
+            [names.PROPOSALS, names.LOGITS] if confidence else [names.PROPOSALS]
         out = self._run(self.block, f"draft_block [{shape.rows}x{block}]", count, feeds,
                         wanted, static=shape.is_static)
+        if choices:
+            top = (count, n_draft, names.TOP_K)
+            return (out[names.TOP_IDS][: count * n_draft].reshape(top).astype(np.int64),
+                    out[names.TOP_LOGP][: count * n_draft].reshape(top))
         proposals = out[names.PROPOSALS].reshape(-1, n_draft)[:count].astype(np.int64)
         if not confidence:
             return proposals, None

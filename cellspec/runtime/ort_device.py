@@ -76,6 +76,7 @@ class OrtDeviceBackend(Backend):
         self.name, self.device, self.providers = name, device, providers
         # how Attention nodes and projections are rewritten: see load_session
         self.attention, self.projections = attention, projections
+        self.exact_trees = attention == "cell"  # CellAttention keys new tokens by position
         self.limits, self.policy, self.sampler_path = limits, policy, sampler
         self.sampler: DeviceEngine | None = None
         # ONNX Runtime queues its runs on the device's own stream (user_compute_stream):

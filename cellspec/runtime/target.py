@@ -27,6 +27,7 @@ from cellspec.runtime.backend import TAPS_POOL, Backend, Engine, TensorSpec
 from cellspec.runtime.cell_cache import CellCache, StepPlan
 from cellspec.runtime.draws import DRAWN, Draws, make_draws
 from cellspec.runtime.planner import Piece, PieceShape, piece_index, plan_pieces, runs_of
+from cellspec.runtime.trees import ancestor_mask, depths_of
 
 
 @dataclass(frozen=True)
@@ -77,14 +78,24 @@ class TargetModel:
 
     def forward(self, seq_ids: np.ndarray, tokens: np.ndarray, logit_indices: np.ndarray,
                 draws: Draws | None = None,
-                meanwhile: Callable[[], None] | None = None) -> ForwardResult:
+                meanwhile: Callable[[], None] | None = None,
+                tree: np.ndarray | None = None) -> ForwardResult:
         """Feed tokens [T] to seq_ids [T] (one contiguous run per sequence, continuing from its
         frontier); for the tokens at logit_indices [R], draw the next token by `draws` (one per
         row) where the logits are, or, with no draws, return the logits. `meanwhile` is called
         once every token's cell is the sequence's in the cache and the last run is queued,
-        before its outputs come back (see Backend.run)."""
+        before its outputs come back (see Backend.run).
+
+        tree [T] (runs of equal length, at most the widest step): each token's parent as an
+        offset in its run, -1 for the run's first (runtime/trees.py). A token then sits at its
+        run's first position plus its depth and sees only its ancestors among the run; the
+        cache takes the run's tokens at consecutive positions, in run order, for the caller
+        to keep one path of (CellCache.keep_path)."""
         starts, lengths = runs_of(seq_ids)
         assert len(set(seq_ids[starts].tolist())) == starts.size, "one run per sequence"
+        if tree is not None:
+            assert len(set(lengths.tolist())) == 1 and lengths[0] <= self.max_width, \
+                "a tree step is one piece"
         rows = logit_indices.size
         logits = None if draws is not None else np.empty((rows, self.vocab_size), np.float32)
         drawn = np.empty(rows, np.int64) if draws is not None else None
@@ -99,7 +110,8 @@ class TargetModel:
             self.cache.commit_step(plan)  # the run only reads the plan
             out = self._run(plan, shape, tokens[index], slot[logit_indices[here]],
                             draws.take(here) if draws is not None else None,
-                            meanwhile if k == len(pieces) - 1 else None)
+                            meanwhile if k == len(pieces) - 1 else None,
+                            None if tree is None else tree[index])
             slot[index] = -1
             if draws is not None:
                 drawn[here] = out[DRAWN]
@@ -160,16 +172,22 @@ class TargetModel:
             raise
 
     def _feeds(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray, rows: np.ndarray,
-               draws: Draws | None) -> tuple[dict[str, np.ndarray], Draws | None]:
+               draws: Draws | None, tree: np.ndarray | None = None
+               ) -> tuple[dict[str, np.ndarray], Draws | None]:
         """A planned piece's feeds, and its draws: on a static shape every slot's logits row
-        is computed (rows and draws spread to all slots; `_run` picks the asked ones out)."""
+        is computed (rows and draws spread to all slots; `_run` picks the asked ones out).
+        tree [S, Q]: the parents of the piece's rows (forward), whose positions and masks it
+        sets."""
         padded = np.zeros((shape.rows, shape.width), np.int64)
         padded[: tokens.shape[0], : tokens.shape[1]] = tokens
         if shape.is_static:
             asked, rows = rows, np.arange(shape.rows * shape.width)
             draws = None if draws is None else _spread(draws, asked, rows.size)
-        feeds = {names.TOKENS: padded, names.POSITIONS: plan.positions,
-                 names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask,
+        positions, mask = plan.positions, plan.attn_mask
+        if tree is not None:
+            positions, mask = tree_feeds(plan, tree)
+        feeds = {names.TOKENS: padded, names.POSITIONS: positions,
+                 names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: mask,
                  names.LOGITS_ROWS: rows.astype(np.int64)}
         if plan.attn_mask_window is not None:
             feeds[names.ATTN_MASK_WINDOW] = plan.attn_mask_window
@@ -178,11 +196,11 @@ class TargetModel:
         return feeds, draws
 
     def _run(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray, rows: np.ndarray,
-             draws: Draws | None, meanwhile: Callable[[], None] | None = None
-             ) -> dict[str, np.ndarray]:
+             draws: Draws | None, meanwhile: Callable[[], None] | None = None,
+             tree: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Run one planned piece; returns the outputs of the requested `rows` (slots)."""
         asked = rows
-        feeds, draws = self._feeds(plan, shape, tokens, rows, draws)
+        feeds, draws = self._feeds(plan, shape, tokens, rows, draws, tree)
         start = time.perf_counter()
         outputs = [] if draws is not None else [names.LOGITS]
         out = self.backend.run(self.engine, self.run_pools, feeds, outputs, plan.cells, draws,
@@ -193,6 +211,21 @@ class TargetModel:
                     out[name] = out[name][asked]
         self.stats[shape.label].add(int(plan.counts.sum()), time.perf_counter() - start)
         return out
+
+
+def tree_feeds(plan: StepPlan, tree: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions and attn_mask of a tree step (TargetModel.forward): the plan's, with each
+    of the first tree.shape[0] rows' first tree.shape[1] tokens at its row's frontier plus its
+    depth, seeing its ancestors among the row's tokens instead of every token before it. The
+    plan keeps its own (the cache commits consecutive positions)."""
+    rows, width = tree.shape
+    cells = plan.cell_table.shape[1]
+    positions, mask = plan.positions.copy(), plan.attn_mask.copy()
+    for row in range(rows):
+        parents = tree[row]
+        positions[row, :width] = plan.lengths[row] + depths_of(parents)
+        mask[row, 0, :width, cells: cells + width] = ancestor_mask(parents)
+    return positions, mask
 
 
 def _spread(draws: Draws, rows: np.ndarray, count: int) -> Draws:

@@ -137,6 +137,7 @@ class Draft:
                                                   dtype=np.int64)}
         for i in range(self.num_layers):
             feeds[artifact.k_pool(i)], feeds[artifact.v_pool(i)] = self.k_pool[i], self.v_pool[i]
+        self.feeds = feeds  # the last block's, for its other outputs
         return tuple(self.block.run([artifact.LOGITS, artifact.PROPOSALS], feeds))
 
 
@@ -170,7 +171,8 @@ def test_method_and_geometry(setup):
     assert [i.name for i in draft.block.get_inputs()] == [
         "tokens", "positions", "cell_table", "attn_mask", "proposal_rows", "k_pool.0",
         "v_pool.0", "k_pool.1", "v_pool.1"]
-    assert [o.name for o in draft.block.get_outputs()] == [artifact.LOGITS, artifact.PROPOSALS]
+    assert [o.name for o in draft.block.get_outputs()] == [
+        artifact.LOGITS, artifact.PROPOSALS, artifact.TOP_IDS, artifact.TOP_LOGP]
 
 
 def test_one_owner_matches_reference(setup):
@@ -244,6 +246,13 @@ def test_a_proposal_vocab_restricts_the_head_to_its_ids(tmp_path):
     assert proposals.tolist() == ids[np.argmax(want[:, ids], axis=-1)].tolist()
     full = np.argmax(want, axis=-1)
     assert not np.isin(full, ids).all()  # some row's best token is not proposable: replaced
+    # a tree's material: each row's 4 best proposable ids and their log-softmax over those ids
+    top_ids, top_logp = draft.block.run([artifact.TOP_IDS, artifact.TOP_LOGP], draft.feeds)
+    columns = want[:, ids].astype(np.float64)
+    best = np.argsort(-columns, axis=1, kind="stable")[:, : artifact.TOP_K]
+    assert top_ids.tolist() == ids[best].tolist()
+    log_softmax = columns - np.log(np.exp(columns).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(top_logp, np.take_along_axis(log_softmax, best, 1), atol=1e-4)
 
 
 def q4_1_head(rng: np.random.Generator) -> BlockQuantized:

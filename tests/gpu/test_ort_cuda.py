@@ -154,15 +154,16 @@ def speculation_artifact(tmp_path_factory, gguf, dtype: str):
     return out
 
 
-def assert_speculation_equals_plain(out, sampling) -> None:
-    """4 sessions, every one speculating in every cycle: each session's 48 tokens equal plain
-    decoding's."""
+def assert_speculation_equals_plain(out, sampling, tree_nodes=None) -> DFlashExecutor:
+    """4 sessions, every one speculating in every cycle (a chain, or a tree of `tree_nodes`):
+    each session's 48 tokens equal plain decoding's."""
     ids = prompt_ids(out)
     plain = decode(Executor.load(out, backend="ort-cuda", max_sessions=4), ids, sampling, 48,
                    [1, 2, 3, 4])
-    spec = DFlashExecutor.load(out, backend="ort-cuda", max_sessions=4)
+    spec = DFlashExecutor.load(out, backend="ort-cuda", max_sessions=4, tree_nodes=tree_nodes)
     assert decode(spec, ids, sampling, 48, [1, 2, 3, 4]) == plain
     assert spec.stats.cycles > 0 and spec.stats.accepted > 0
+    return spec
 
 
 @pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
@@ -184,3 +185,17 @@ def test_float16_speculation_equals_plain_with_cell_attention_and_row_matmul(
     monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
     assert_speculation_equals_plain(
         speculation_artifact(tmp_path_factory, smollm2_gguf, "float16"), sampling)
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_tree_speculation_equals_plain_with_cell_attention(
+        sampling, dtype, cell_library, monkeypatch, tmp_path_factory, smollm2_gguf):
+    """A cycle's tree of 15 proposals (runtime/trees.py): CellAttention keys every new token by
+    its position, so a node's row sums its ancestors' keys as the plain step at its position
+    does, and the text is plain decoding's."""
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
+    monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
+    spec = assert_speculation_equals_plain(
+        speculation_artifact(tmp_path_factory, smollm2_gguf, dtype), sampling, tree_nodes=15)
+    assert spec.stats.proposed == 15 * spec.stats.cycles

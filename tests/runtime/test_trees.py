@@ -1,0 +1,294 @@
+"""Trees of draft proposals (runtime/trees.py): grown best first from the draft block's top
+choices, verified in one target step whose rows see only their ancestors, walked by the
+target's draws, the accepted path kept in the cell cache. The text is plain decoding's."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from cellspec import artifact as names
+from cellspec.errors import InvalidArgument
+from cellspec.runtime.cell_cache import CellCache
+from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.draft import ProposalRequest
+from cellspec.runtime.executor import Executor
+from cellspec.runtime.target import tree_feeds
+from cellspec.runtime.trees import (
+    DraftTree,
+    ancestor_mask,
+    chain_tree,
+    depths_of,
+    grow_tree,
+    walk,
+)
+from cellspec.runtime.types import BatchInput
+
+from .test_dflash_oracle import spec_decode
+from .test_executor import GREEDY, SAMPLED, prompts, run_alone
+from .test_ort_device import host_backend
+
+
+def best_prefixes(logp: np.ndarray, nodes: int) -> set[tuple[int, ...]]:
+    """Every path of choices (one per depth, up to n) scored by its summed logp; the `nodes`
+    best (no ties in the tests' random values)."""
+    depth_limit, branches = logp.shape
+    paths = [p for d in range(1, depth_limit + 1)
+             for p in itertools.product(range(branches), repeat=d)]
+    paths.sort(key=lambda p: -sum(logp[d, c] for d, c in enumerate(p)))
+    return set(paths[:nodes])
+
+
+def choices_of(tree: DraftTree, ids: np.ndarray) -> set[tuple[int, ...]]:
+    """Each node's path as choice indices, read back from its tokens and its ancestors'."""
+    paths = {0: ()}
+    for row in range(1, tree.rows):
+        depth = tree.depths[row]
+        choice = int(np.flatnonzero(ids[depth - 1] == tree.tokens[row - 1])[0])
+        paths[row] = paths[int(tree.parents[row])] + (choice,)
+    return {p for row, p in paths.items() if row}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("nodes", [1, 3, 7, 15])
+def test_a_tree_is_the_most_probable_prefixes_parents_first(seed, nodes):
+    rng = np.random.default_rng(seed)
+    depth_limit = int(rng.integers(2, 6))
+    logits = rng.normal(size=(depth_limit, 40)) * 2
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    order = np.argsort(-logp, axis=1)[:, :4]
+    ids, top = order + 1000, np.take_along_axis(logp, order, axis=1)
+    tree = grow_tree(ids, top.astype(np.float32), nodes)
+    assert tree.rows == nodes + 1
+    assert tree.parents[0] == -1 and all(tree.parents[1:] < np.arange(1, tree.rows))
+    assert np.array_equal(tree.depths, depths_of(tree.parents))
+    assert choices_of(tree, ids) == best_prefixes(top.astype(np.float32), nodes)
+
+
+def test_a_tree_of_first_choices_only_is_a_chain():
+    ids = np.array([[5, 6], [7, 8], [9, 10]])
+    logp = np.log(np.array([[0.99, 0.01], [0.98, 0.02], [0.97, 0.03]]))
+    tree = grow_tree(ids, logp, 3)
+    chain = chain_tree([5, 7, 9])
+    assert np.array_equal(tree.tokens, chain.tokens)
+    assert np.array_equal(tree.parents, chain.parents)
+    assert np.array_equal(tree.depths, chain.depths)
+
+
+def test_grow_tree_refuses_bad_shapes():
+    with pytest.raises(InvalidArgument, match="expected the same"):
+        grow_tree(np.zeros((3, 4), np.int64), np.zeros((3, 2)), 4)
+    with pytest.raises(InvalidArgument, match="at least 1"):
+        grow_tree(np.zeros((3, 4), np.int64), np.zeros((3, 4)), 0)
+
+
+def test_ancestor_mask_and_depths():
+    parents = np.array([-1, 0, 0, 1, 2, 3])
+    expected = np.array([[1, 0, 0, 0, 0, 0],
+                         [1, 1, 0, 0, 0, 0],
+                         [1, 0, 1, 0, 0, 0],
+                         [1, 1, 0, 1, 0, 0],
+                         [1, 0, 1, 0, 1, 0],
+                         [1, 1, 0, 1, 0, 1]], dtype=bool)
+    assert np.array_equal(ancestor_mask(parents), expected)
+    assert depths_of(parents).tolist() == [0, 1, 1, 2, 2, 3]
+
+
+def test_walk_follows_the_draws_through_any_branch():
+    # anchor; 1: 10 and 2: 11 under it; 3: 12 under 1; 4: 13 under 2; 5: 14 under 3
+    tree = DraftTree(np.array([10, 11, 12, 13, 14]), np.array([-1, 0, 0, 1, 2, 3]),
+                     np.array([0, 1, 1, 2, 2, 3]))
+    # the draw after the anchor is 11 (second branch), after it 13, then 99 (no child)
+    assert walk(tree, np.array([11, 0, 13, 0, 99, 0])) == ([0, 2, 4], (11, 13, 99))
+    assert walk(tree, np.array([10, 12, 0, 14, 0, 7])) == ([0, 1, 3, 5], (10, 12, 14, 7))
+    assert walk(tree, np.array([42, 12, 13, 14, 0, 0])) == ([0], (42,))
+
+
+def test_tree_feeds_place_rows_by_depth_and_show_only_ancestors():
+    cache = CellCache(32)
+    cache.seq_new(0)
+    cache.commit_step(cache.declare_step([0], [3]))
+    plan = cache.declare_step([0], [5], width=6, num_cells=4, rows=2)
+    positions, mask = tree_feeds(plan, np.array([[-1, 0, 0, 1, 2]]))
+    assert positions.tolist() == [[3, 4, 4, 5, 5, 0], [0] * 6]
+    assert np.array_equal(plan.positions[0], [3, 4, 5, 6, 7, 0])  # the plan keeps its own
+    cells = mask[0, 0, :5, :4]
+    assert np.array_equal(cells, np.repeat([[True, True, True, False]], 5, axis=0))
+    own = mask[0, 0, :5, 4:9]
+    assert np.array_equal(own, ancestor_mask(np.array([-1, 0, 0, 1, 2])))
+    # padding keeps what the plan gave it
+    assert np.array_equal(mask[0, 0, 5], plan.attn_mask[0, 0, 5])
+    assert np.array_equal(mask[1], plan.attn_mask[1])
+
+
+def test_keep_path_moves_the_path_to_consecutive_positions_and_frees_the_rest():
+    cache = CellCache(32)
+    cache.seq_new(0)
+    cache.seq_new(1)
+    cache.commit_step(cache.declare_step([0, 1], [3, 2]))  # cells 0-2 and 3-4
+    cache.commit_step(cache.declare_step([0], [6]))  # a tree's 6 rows: cells 5-10
+    cache.keep_path(0, 3, [0, 2, 5])
+    assert cache.cells_of(0).tolist() == [0, 1, 2, 5, 7, 10]
+    assert cache.cell_pos[[5, 7, 10]].tolist() == [3, 4, 5]
+    assert cache.cell_refs[[6, 8, 9]].tolist() == [0, 0, 0]
+    cache.check()
+    assert cache.num_used == 8
+    # the next step takes the lowest freed cells
+    plan = cache.declare_step([1], [2])
+    assert plan.cells.tolist() == [[6, 8]]
+
+
+def test_keep_path_refusals_change_nothing():
+    cache = CellCache(32)
+    cache.seq_new(0)
+    cache.commit_step(cache.declare_step([0], [6]))
+    cache.seq_clone(0, 1, 6)
+    before = cache.snapshot()
+    for start, keep, match in [(7, [0], "outside"), (2, [1, 1], "increasing"),
+                               (2, [0, 4], "increasing"), (2, [-1], "increasing"),
+                               (2, [0, 2], "shared")]:
+        with pytest.raises(InvalidArgument, match=match):
+            cache.keep_path(0, start, keep)
+        assert cache.snapshot() == before
+    with pytest.raises(InvalidArgument, match="no such sequence"):
+        cache.keep_path(5, 0, [0])
+    cache.keep_path(0, 2, [0, 1])  # nothing moves: shared cells may stay
+    assert cache.cells_of(0).tolist() == [0, 1, 2, 3]
+    cache.check()
+
+
+def test_draft_choices_are_the_blocks_best_ids_and_log_softmax(dflash_artifact):
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=4)
+    sids = [spec.open_session() for _ in range(2)]
+    for sid in sids:
+        spec.set_sampling(sid, GREEDY)
+    outs = spec.execute([BatchInput(s, tuple(p), 0)
+                         for s, p in zip(sids, prompts(2, seed=3))])
+    spec._drain(sids)
+    requests = [ProposalRequest(o.sid, o.token, spec.pos(o.sid)) for o in outs]
+    fetched, run = [], spec.draft._run
+
+    def with_logits(engine, method, count, feeds, outputs, **kwargs):
+        out = run(engine, method, count, feeds, [*outputs, names.LOGITS], **kwargs)
+        fetched.append(out[names.LOGITS])
+        return out
+
+    spec.draft._run = with_logits
+    ids, logp = spec.draft.propose_choices(requests, 3)
+    assert ids.shape == logp.shape == (2, 3, names.TOP_K)
+    logits = fetched[0][:6].astype(np.float64).reshape(2, 3, -1)
+    expected = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(
+        -1, keepdims=True)) - logits.max(-1, keepdims=True)
+    best = np.argsort(-logits, axis=-1, kind="stable")[..., : names.TOP_K]
+    assert np.array_equal(ids, best)  # no proposal vocabulary: ids are columns
+    np.testing.assert_allclose(logp, np.take_along_axis(expected, best, -1), atol=1e-5)
+    proposals = spec.draft.propose(requests, 3)
+    assert np.array_equal(ids[..., 0], proposals)
+
+
+def tree_backend(artifact):
+    """The IOBinding backend on the CPU with the exported attention over [cells ; new tokens]
+    under the step's mask, told it may verify trees. The exported form rounds a verify row
+    within about 1e-6 of the plain step (not bit for bit: on the GPU only CellAttention keys
+    every new token by its position); the tiny model's tokens are far from such ties, as the
+    chain tests over this backend rely on too (test_ort_device)."""
+    backend = host_backend(artifact, 4)
+    backend.exact_trees = True
+    return backend
+
+
+def plain_on_tree_backend(artifact):
+    """Plain decoding over the same backend and attention form (ort-cpu's by-position form
+    rounds otherwise, and a sampled draw near a boundary can tell them apart)."""
+    return Executor.load(artifact, backend=host_backend(artifact, 4), max_sessions=4)
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("count", [1, 3])
+def test_tree_speculation_equals_plain_decoding(dflash_artifact, sampling, count):
+    plain = plain_on_tree_backend(dflash_artifact)
+    texts = prompts(count, seed=5)
+    expected = [run_alone(plain, p, sampling, seed=7 + i, steps=24) for i, p in enumerate(texts)]
+    spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                               max_sessions=4, tree_nodes=7)
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, 7 + i)
+    assert spec_decode(spec, sids, texts, 20) == [e[:20] for e in expected]
+    assert spec.stats.cycles > 0 and spec.stats.proposed == 7 * spec.stats.cycles
+    for sid in sids:
+        spec.close_session(sid)
+    assert spec.cache.num_used == 0 and spec.draft.cache.num_used == 0
+    spec.draft.cache.check()
+
+
+class TreeOracle:
+    """Each block row's 4 choices: the target's own next token at the rank `ranks` gives
+    (cycling; None: absent), other tokens around it, log-probabilities falling by rank."""
+
+    def __init__(self, truth: dict[int, list[int]], ranks: list[int | None]):
+        self.truth, self.ranks, self.calls = truth, ranks, 0
+
+    def propose_choices(self, requests, n_draft):
+        ids = np.zeros((len(requests), n_draft, names.TOP_K), np.int64)
+        for o, request in enumerate(requests):
+            for d in range(n_draft):
+                true = self.truth[request.sid][request.position + 1 + d]
+                rank = self.ranks[self.calls % len(self.ranks)]
+                self.calls += 1
+                others = [t for t in range(256) if t != true][d: d + names.TOP_K]
+                row = others[: names.TOP_K]
+                if rank is not None:
+                    row = others[: rank] + [true] + others[rank: names.TOP_K - 1]
+                ids[o, d] = row
+        logp = np.log(np.array([0.5, 0.25, 0.15, 0.1]))
+        return ids, np.broadcast_to(logp, ids.shape).copy()
+
+    def propose(self, requests, n_draft):  # the chain a tree's first choices make
+        return self.propose_choices(requests, n_draft)[0][..., 0]
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_a_tree_accepts_what_a_chain_of_first_choices_rejects(dflash_artifact, sampling):
+    plain = plain_on_tree_backend(dflash_artifact)
+    texts = prompts(2, seed=9)
+    steps = 24
+    expected = [run_alone(plain, p, sampling, seed=3 + i, steps=steps + 12)
+                for i, p in enumerate(texts)]
+    ranks = [0, 1, 0, 2, None, 0, 3, 1]
+    accepted = {}
+    for kind in ("chain", "tree"):
+        oracle = TreeOracle({}, ranks)
+        spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                                   max_sessions=4, proposer=oracle, n_draft=4,
+                                   tree_nodes=7 if kind == "tree" else None)
+        sids = [spec.open_session() for _ in texts]
+        for i, sid in enumerate(sids):
+            spec.set_sampling(sid, sampling, 3 + i)
+            oracle.truth[sid] = list(texts[i]) + expected[i]
+        assert spec_decode(spec, sids, texts, steps) == [e[:steps] for e in expected]
+        accepted[kind] = spec.stats.accepted / spec.stats.cycles
+    # a chain stops at the first row whose truth is not ranked first; the tree's 7 nodes
+    # reach the second and third choices
+    assert accepted["tree"] > accepted["chain"] + 0.3
+
+
+def test_tree_nodes_refusals(dflash_artifact):
+    for value, match in [(1, "expected an int"), (32, "expected an int"),
+                         (True, "expected an int"), ("3", "expected an int")]:
+        with pytest.raises(InvalidArgument, match=match):
+            DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                                tree_nodes=value)
+    with pytest.raises(InvalidArgument, match="backend ort-cpu cannot verify a tree"):
+        DFlashExecutor.load(dflash_artifact, tree_nodes=3)
+    with pytest.raises(InvalidArgument, match="a tree takes no threshold"):
+        DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                            tree_nodes=3, draft_threshold=0.5)
+
+    class ChainOnly:
+        def propose(self, requests, n_draft):
+            return np.zeros((len(requests), n_draft), np.int64)
+
+    with pytest.raises(InvalidArgument, match="gives no top_ids"):
+        DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                            tree_nodes=3, proposer=ChainOnly())
