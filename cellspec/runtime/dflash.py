@@ -278,17 +278,22 @@ class DFlashExecutor(Executor):
         # each row drawn with the uniform of the position after it, as plain decoding would
         positions = [r.position + int(d) + 1 for r, t in zip(requests, trees) for d in t.depths]
         draws = self.draws([sid for sid in sids for _ in range(width)], positions)
-        # while the verify runs, the anchors' taps go into the draft cache (the nodes' wait
-        # for the verdict: only the accepted path's are the positions')
-        anchors = {r.sid: r.position + 1 for r in requests}
+        # while the verify runs, the rows of each tree's main path (its first choices: the
+        # likeliest to be accepted) go into the draft cache at their depths' positions; after
+        # the verdict the draft keeps what the accepted path shares with it, and the next
+        # cycle drains the rest of the path from its cells
+        mains = [t.main_path() for t in trees]
         result = self.target.forward(np.repeat(sids, width), tokens.astype(np.int64),
                                      np.arange(len(tokens), dtype=np.int64), draws,
-                                     meanwhile=lambda: self._drain(sids, anchors), tree=parents)
+                                     meanwhile=lambda: self._drain_rows(requests, mains),
+                                     tree=parents)
         bursts = []
         for owner, (request, tree) in enumerate(zip(requests, trees)):
             path, burst = walk(tree, result.tokens[owner * width: (owner + 1) * width])
             self.cache.keep_path(request.sid, request.position, path)
-            self._rewind_draft(request.sid, request.position + len(path))
+            shared = next((i for i, (a, b) in enumerate(zip(path, mains[owner])) if a != b),
+                          min(len(path), len(mains[owner])))
+            self._rewind_draft(request.sid, request.position + shared)
             self._state(request.sid).pending = burst[-1]
             self._count(len(path) - 1, width - 1)
             bursts.append(burst)
@@ -340,20 +345,27 @@ class DFlashExecutor(Executor):
         self.stats.accepted += accepted
         self.stats.bonus += accepted == n_draft
 
-    def _drain(self, sids: list[int], upto: dict[int, int] | None = None) -> None:
-        """Push every owner's undrained positions (draft frontier .. target frontier, or
-        upto[sid]) through draft_context in one call, their taps gathered by cell from the
-        target's taps pool."""
-        if not self.draft:
-            return
-        runs = [(sid, self.draft.cache.pos(sid),
-                 self.cache.pos(sid) if upto is None else upto[sid]) for sid in sids]
-        runs = [(sid, start, end) for sid, start, end in runs if start < end]
+    def _drain(self, sids: list[int]) -> None:
+        """Push every owner's undrained positions (draft frontier .. target frontier) through
+        draft_context in one call, their taps gathered by cell from the target's taps pool."""
+        self._drain_cells([(sid, self.cache.cells_of(sid)[self.draft.cache.pos(sid):])
+                           for sid in sids] if self.draft else [])
+
+    def _drain_rows(self, requests: list[ProposalRequest], rows: list[list[int]]) -> None:
+        """Drain each owner's verify rows `rows` (offsets from its anchor's position, whose
+        cells the cache holds in row order) at the positions after its draft frontier."""
+        self._drain_cells([(r.sid, self.cache.cells_of(r.sid)[r.position + np.array(owned)])
+                           for r, owned in zip(requests, rows)] if self.draft else [])
+
+    def _drain_cells(self, runs: list[tuple[int, np.ndarray]]) -> None:
+        """draft_context in one call over each (sid, cells): the taps in those target cells at
+        the sid's next draft positions."""
+        runs = [(sid, cells) for sid, cells in runs if cells.size]
         if not runs:
             return
-        seq_ids = np.concatenate([np.full(end - start, sid) for sid, start, end in runs])
-        cells = np.concatenate([self.cache.cells_of(sid)[start:end] for sid, start, end in runs])
-        self.draft.drain(seq_ids.astype(np.int64), cells, self.target.taps)
+        seq_ids = np.concatenate([np.full(cells.size, sid) for sid, cells in runs])
+        self.draft.drain(seq_ids.astype(np.int64), np.concatenate([c for _, c in runs]),
+                         self.target.taps)
 
 
 def check_draft_threshold(threshold: float | None) -> float | None:

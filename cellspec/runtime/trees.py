@@ -38,6 +38,17 @@ class DraftTree:
     def rows(self) -> int:
         return self.parents.size
 
+    def main_path(self) -> list[int]:
+        """The rows of the draft's first choices: from the anchor, each row's first child (a
+        node's children are found best first, so the lowest row is its best)."""
+        first_child: dict[int, int] = {}
+        for row, parent in enumerate(self.parents.tolist()):
+            first_child.setdefault(parent, row)
+        path = [0]
+        while path[-1] in first_child:
+            path.append(first_child[path[-1]])
+        return path
+
 
 def grow_tree(ids: np.ndarray, logp: np.ndarray, nodes: int) -> DraftTree:
     """The `nodes` most probable nodes (module doc) from `ids`/`logp` [n, k] (row d - 1: depth

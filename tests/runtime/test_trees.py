@@ -102,6 +102,7 @@ def test_walk_follows_the_draws_through_any_branch():
     assert walk(tree, np.array([11, 0, 13, 0, 99, 0])) == ([0, 2, 4], (11, 13, 99))
     assert walk(tree, np.array([10, 12, 0, 14, 0, 7])) == ([0, 1, 3, 5], (10, 12, 14, 7))
     assert walk(tree, np.array([42, 12, 13, 14, 0, 0])) == ([0], (42,))
+    assert tree.main_path() == [0, 1, 3, 5]  # each row's first (best) child
 
 
 def test_tree_feeds_place_rows_by_depth_and_show_only_ancestors():
@@ -292,3 +293,52 @@ def test_tree_nodes_refusals(dflash_artifact):
     with pytest.raises(InvalidArgument, match="gives no top_ids"):
         DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
                             tree_nodes=3, proposer=ChainOnly())
+
+
+def pool_rows(pools, name, cells):
+    """Rows `cells` of a pool, host or device."""
+    if hasattr(pools, "arrays"):
+        return pools.arrays[name][cells]
+    rows = np.empty(pools.shape, np.float32)
+    pools.device.download(rows, pools.buffers[name])
+    return rows[cells]
+
+
+def test_tree_cycles_keep_the_draft_in_step(dflash_artifact):
+    """Behind each verify the draft takes the tree's main path (its first choices); after the
+    verdict it keeps what the accepted path shares with it, and the next cycle drains the rest:
+    the draft never holds a position the target does not, and its keys are a fresh replay's."""
+    plain = plain_on_tree_backend(dflash_artifact)
+    text = prompts(1, seed=4)[0]
+    expected = run_alone(plain, text, GREEDY, seed=0, steps=48)
+    spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                               max_sessions=2, n_draft=4, tree_nodes=7)
+    reference = DFlashExecutor.load(dflash_artifact, max_sessions=2)
+    oracle = TreeOracle({}, [0, 1, 0, 2, None, 0, 3, 1, 0, 0])
+    spec.proposer = oracle  # the draft still drains; the oracle proposes
+    sid = spec.open_session()
+    spec.set_sampling(sid, GREEDY)
+    oracle.truth[sid] = list(text) + expected
+    history = list(text)
+    pending = spec.execute([BatchInput(sid, tuple(text), 0)])[0].token
+    behind = []
+    while len(history) < len(text) + 36:
+        out = spec.execute([BatchInput(sid, (pending,), spec.pos(sid))])[0]
+        history += [pending, *out.tokens[:-1]]
+        pending = out.tokens[-1]
+        assert history == (list(text) + expected)[: len(history)]
+        assert spec.draft.cache.pos(sid) <= spec.pos(sid) == len(history)
+        behind.append(spec.pos(sid) - spec.draft.cache.pos(sid))
+        spec.draft.cache.check()
+    # some accepted paths left the main path (drained next cycle), some stayed on it
+    assert 0 in behind and max(behind) > 0
+    spec._drain([sid])
+    ref = reference.open_session()
+    reference.set_sampling(ref, GREEDY)
+    reference.execute([BatchInput(ref, tuple(history), 0, False)])
+    reference._drain([ref])
+    for name in ("k_pool.0", "v_pool.1"):
+        np.testing.assert_allclose(
+            pool_rows(spec.draft.pools, name, spec.draft.cache.cells_of(sid)),
+            pool_rows(reference.draft.pools, name, reference.draft.cache.cells_of(ref)),
+            atol=1e-5)
