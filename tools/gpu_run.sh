@@ -957,7 +957,7 @@ case "${1:-}" in
         --batches "${BATCHES:-1,2}" \
         --tokens 96 --out "$OUT/trees" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
         | row_fields speculation tree_nodes n_draft batch tokens_per_s tau round_ms
-    [ -n "$SKIP_FLIPS" ] || CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py flips \
+    [ -n "${SKIP_FLIPS:-}" ] || CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py flips \
         --draft "$SHIPPED" --dtype float16 --prompts 200 --tokens 96 --sessions 2 \
         --tree-nodes 15 --out "$OUT/flips-trees" --work "$WORK" 2>&1 | grep -v "plugin EP" \
         | tail -2 | cut -c1-200
