@@ -70,8 +70,9 @@ CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 2
 CELL_SPECULATE_SAMPLED = False
 # ... and a cycle verifies a tree of proposals (runtime/trees.py) rather than a chain: each row
 # of the verify sees only its ancestors, which CellAttention keys by position, so the text is
-# unchanged. Offline (bench/NOTES.md, 2026-12-03) a tree of 7 gave tau 2.80 where a chain of 7
-# gave 2.45, a tree of 15 3.07.
+# unchanged. On the H200 (real SmolLM2 float16, 16 held-out prompts, one call; bench/NOTES.md,
+# 2026-12-03, second sitting) a tree of 15 proposals up to 15 deep gave tau 3.47 against 2.69
+# for a chain of 7, and the most tokens/s at 1 and 2 sessions (a tree of 31: tau 3.69, slower).
 CELL_TREE_NODES = 15
 
 
@@ -109,11 +110,13 @@ def draft_gives_choices(folder: Path, manifest: Manifest) -> bool:
 
 
 def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
-                         max_spec_batch: int | None, draft_threshold: float | None = None
+                         max_spec_batch: int | None, draft_threshold: float | None = None,
+                         tree_nodes: int | None = None
                          ) -> tuple[int | None, int | None, float | None, int | None]:
-    """Proposals per cycle, the most sessions speculating at once and the draft threshold,
-    where the caller left them None, and the verify row limit: what pays best on this backend
-    (None: the executor's own default, block - 1 proposals, no limit and no threshold)."""
+    """Proposals per cycle (a tree's depth), the most sessions speculating at once and the
+    draft threshold, where the caller left them None, and the verify row limit: what pays best
+    on this backend (None: the executor's own default, block - 1 proposals, no limit and no
+    threshold)."""
     from cellspec.runtime.ort_device import cuda_attention  # imported with a backend, not cellspec
 
     if backend == "ort-cpu":
@@ -123,7 +126,9 @@ def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
         best = (CPU_CUT_N_DRAFT if cut else CPU_N_DRAFT[manifest.target.quantization],
                 CPU_MAX_SPEC_BATCH, threshold, CPU_MAX_VERIFY_ROWS if cut else None)
     elif backend == "ort-cuda" and cuda_attention() == "cell":
-        best = (CELL_N_DRAFT, CELL_MAX_SPEC_BATCH, draft_threshold, None)
+        # a tree as deep as the block allows (its nodes bound its verify's width)
+        best = (manifest.draft.block_size - 1 if tree_nodes else CELL_N_DRAFT,
+                CELL_MAX_SPEC_BATCH, draft_threshold, None)
     else:
         return n_draft, max_spec_batch, draft_threshold, None
     assert manifest.draft is not None
@@ -146,7 +151,8 @@ class LLM:
     speculate-verify cycles (default: when the artifact has a draft, as the bundled model is
     exported); the text is the same either way. `n_draft`: proposals per cycle (default: block
     size - 1, on `ort-cpu` at most CPU_CUT_N_DRAFT with the draft threshold, CPU_N_DRAFT of the
-    weight format without it, on `ort-cuda` with CellAttention at most CELL_N_DRAFT).
+    weight format without it, on `ort-cuda` with CellAttention at most CELL_N_DRAFT in a chain;
+    a tree's depth, block size - 1 by default).
     `max_spec_batch`: the most sessions that speculate in one step; with more, the step is
     plain (default: no limit, CPU_MAX_SPEC_BATCH on `ort-cpu`, CELL_MAX_SPEC_BATCH with
     CellAttention). `draft_threshold` t in [0, 1): each cycle verifies
@@ -188,7 +194,7 @@ class LLM:
             tree_nodes = tree_defaults(backend, self.folder, manifest, tree_nodes,
                                        draft_threshold)
             n_draft, max_spec_batch, draft_threshold, rows = speculation_defaults(
-                backend, manifest, n_draft, max_spec_batch, draft_threshold)
+                backend, manifest, n_draft, max_spec_batch, draft_threshold, tree_nodes)
             self.executor = DFlashExecutor.load(self.folder, **limits, n_draft=n_draft,
                                                 max_spec_batch=max_spec_batch,
                                                 draft_threshold=draft_threshold,

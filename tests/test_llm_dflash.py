@@ -194,6 +194,10 @@ def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypat
     assert speculation_defaults("ort-cuda", manifest, None, None) == (7, 2, None, None)
     assert speculation_defaults("ort-cuda", small, None, None) == (3, 2, None, None)
     assert speculation_defaults("ort-cuda", manifest, 12, 8, 0.3) == (12, 8, 0.3, None)
+    # a tree is as deep as the block allows
+    assert speculation_defaults("ort-cuda", manifest, None, None, None, 15) == (15, 2, None,
+                                                                                None)
+    assert speculation_defaults("ort-cuda", small, None, None, None, 15) == (3, 2, None, None)
     monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION")
     assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None, None, None)
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")

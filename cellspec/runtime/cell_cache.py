@@ -125,22 +125,23 @@ class CellCache:
         cells = self._cells_of(seq)
         if not 0 <= start <= len(cells):
             raise InvalidArgument(f"seq {seq}: path start {start} outside 0..{len(cells)}")
-        tail = cells[start:]
-        offsets = np.asarray(keep, dtype=np.int64)
-        if offsets.ndim != 1 or (offsets.size and (
-                offsets[0] < 0 or offsets[-1] >= tail.size or np.any(np.diff(offsets) <= 0))):
-            raise InvalidArgument(f"seq {seq}: path offsets {list(keep)}: expected increasing "
-                                  f"offsets in 0..{tail.size - 1}")
-        dropped = np.ones(tail.size, dtype=bool)
-        dropped[offsets] = False
-        kept = tail[offsets]
-        moved = kept[offsets != np.arange(kept.size)]
-        if np.any(self.cell_refs[moved] > 1):  # a moved cell must be this sequence's alone
+        tail = cells[start:].tolist()  # a verify's rows: a few, so as Python ints
+        keep = list(keep)
+        if any(not isinstance(k, (int, np.integer)) for k in keep) or (keep and (
+                keep[0] < 0 or keep[-1] >= len(tail)
+                or any(b <= a for a, b in zip(keep, keep[1:])))):
+            raise InvalidArgument(f"seq {seq}: path offsets {keep}: expected increasing "
+                                  f"offsets in 0..{len(tail) - 1}")
+        kept = [tail[k] for k in keep]
+        moved = [cell for i, (k, cell) in enumerate(zip(keep, kept)) if k != i]
+        if moved and self.cell_refs[moved].max() > 1:  # a moved cell must be this sequence's
             raise InvalidArgument(f"seq {seq}: a path cell that would move is shared with "
                                   "another sequence")
-        self._release(tail[dropped])
-        self.cell_pos[kept] = start + np.arange(kept.size)
-        self.seq_cells[seq] = np.concatenate([cells[:start], kept])
+        chosen = set(keep)
+        self._release(np.array([c for i, c in enumerate(tail) if i not in chosen], np.int64))
+        kept_cells = np.array(kept, np.int64)
+        self.cell_pos[kept_cells] = start + np.arange(len(kept))
+        self.seq_cells[seq] = np.concatenate([cells[:start], kept_cells])
         self.version += 1
 
     def clear(self) -> None:
