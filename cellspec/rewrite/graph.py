@@ -7,6 +7,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from cellspec import artifact as names
+
 HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 CONTRIB = "com.microsoft"
 CELLSPEC_DOMAIN = "cellspec"
@@ -116,3 +118,23 @@ def activation_type(model: onnx.ModelProto) -> int | None:
     """The model dtype: the element type of its KV pools (k_pool.0), None without pools."""
     pools = [v for v in model.graph.input if v.name.startswith("k_pool.")]
     return pools[0].type.tensor_type.elem_type if pools else None
+
+
+def without_tree_choices(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` without draft_block's tree outputs (top_ids, top_logp) and the nodes only they
+    need, for a backend that verifies chains only (Backend.exact_trees: `ort-cpu`, `ort-cuda`
+    without CellAttention): ONNX Runtime computes every output whether a run asks for it or
+    not (a LogSoftmax and a TopK over every row read out: about 0.3 ms a block on the CPU).
+    Other graphs are returned as they are."""
+    tree = {names.TOP_IDS, names.TOP_LOGP}
+    if not tree & {o.name for o in model.graph.output}:
+        return model
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    kept = [o for o in result.graph.output if o.name not in tree]
+    del result.graph.output[:]
+    result.graph.output.extend(kept)
+    nodes = live_nodes(list(result.graph.node), {o.name for o in kept})
+    del result.graph.node[:]
+    result.graph.node.extend(nodes)
+    return result

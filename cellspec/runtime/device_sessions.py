@@ -79,18 +79,22 @@ def rewritten(model: onnx.ModelProto, attention: str, projections: str = "cublas
         projections_for_cuda,
         sampling_for_cuda,
     )
+    from cellspec.rewrite.graph import without_tree_choices
 
     ops = {n.op_type for n in model.graph.node}
     rewrites = CELL_REWRITTEN | ({"MatMul", "Gemm"} if projections == "row" else set())
     if attention == "as-exported" or \
             ("Attention" not in ops and not (attention == "cell" and ops & rewrites)):
         return None
+    # without CellAttention a backend verifies chains only: no tree outputs (their nodes cost
+    # every draft block, asked for or not)
     if attention == "decomposed":
-        return decompose_attention(model)
+        return without_tree_choices(decompose_attention(model))
     if attention == "grouped":
-        return attention_for_cuda(model, (TensorProto.FLOAT, TensorProto.FLOAT16))
+        return without_tree_choices(attention_for_cuda(model, (TensorProto.FLOAT,
+                                                               TensorProto.FLOAT16)))
     if attention == "cuda":
-        return attention_for_cuda(model)
+        return without_tree_choices(attention_for_cuda(model))
     if "Attention" in ops:
         model = cell_attention_for_cuda(model)
     model = sampling_for_cuda(model)

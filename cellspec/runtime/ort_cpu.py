@@ -13,6 +13,7 @@ import onnx
 from cellspec.artifact import LOGITS, Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
 from cellspec.rewrite import NEW_COLUMNS, attention_by_position, by_position_feeds
+from cellspec.rewrite.graph import without_tree_choices
 from cellspec.runtime.backend import Backend, Engine, Gather, Pools, TensorSpec
 from cellspec.runtime.draws import DRAWN, Draws, draw_on_host
 from cellspec.runtime.planner import ShapePolicy
@@ -214,7 +215,7 @@ def _by_position(path: Path) -> bytes | None:
     so that a token's logits do not depend on whether a verify or a later step feeds it),
     serialized; None for other graphs, which load from `path` as they are."""
     model = onnx.load(str(path), load_external_data=False)
-    rewritten = attention_by_position(model)
+    rewritten = without_tree_choices(attention_by_position(model))
     return None if rewritten is model else rewritten.SerializeToString()
 
 

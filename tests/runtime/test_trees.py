@@ -159,7 +159,11 @@ def test_keep_path_refusals_change_nothing():
 
 
 def test_draft_choices_are_the_blocks_best_ids_and_log_softmax(dflash_artifact):
-    spec = DFlashExecutor.load(dflash_artifact, max_sessions=4)
+    # ort-cpu loads draft_block without them (it verifies chains only): see below
+    assert not DFlashExecutor.load(dflash_artifact, max_sessions=2).draft.has_choices
+    spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                               max_sessions=4)
+    assert spec.draft.has_choices
     sids = [spec.open_session() for _ in range(2)]
     for sid in sids:
         spec.set_sampling(sid, GREEDY)
@@ -342,3 +346,29 @@ def test_tree_cycles_keep_the_draft_in_step(dflash_artifact):
             pool_rows(spec.draft.pools, name, spec.draft.cache.cells_of(sid)),
             pool_rows(reference.draft.pools, name, reference.draft.cache.cells_of(ref)),
             atol=1e-5)
+
+
+def test_backends_that_verify_chains_only_load_draft_blocks_without_the_choices(
+        dflash_artifact):
+    import onnx
+
+    from cellspec.artifact import Manifest
+    from cellspec.rewrite.graph import without_tree_choices
+    from cellspec.runtime.device_sessions import rewritten
+
+    manifest = Manifest.load(dflash_artifact)
+    block = onnx.load(str(dflash_artifact / manifest.draft.block_graph),
+                      load_external_data=False)
+    target = onnx.load(str(dflash_artifact / manifest.target.graph), load_external_data=False)
+    tree = {names.TOP_IDS, names.TOP_LOGP}
+
+    def outputs(model):
+        return {o.name for o in model.graph.output}
+
+    assert tree <= outputs(block)
+    for mode in ("decomposed", "grouped", "cuda"):
+        stripped = rewritten(block, mode)
+        assert outputs(stripped) == outputs(block) - tree
+        assert not {"TopK", "LogSoftmax"} & {n.op_type for n in stripped.graph.node}
+    assert tree <= outputs(rewritten(block, "cell"))  # CellAttention verifies trees
+    assert without_tree_choices(target) is target
