@@ -23,6 +23,11 @@ many sessions stays narrow.
 instead (their taps wait in the pool and are drained at the next cycle). On the CPU a verify
 costs about its width in steps, so a cycle for many sessions costs more than it saves.
 
+`tree_nodes` B: each cycle verifies a tree of B proposals grown from the draft's top choices
+per block row instead of a chain (runtime/trees.py): one target step whose rows each see only
+their ancestors, the accepted path kept. Only where the backend verifies a tree as plain
+decoding rounds (`Backend.exact_trees`: ort-cuda with CellAttention).
+
 `speculate_sampled=False`: sessions that draw with a temperature always take plain steps (their
 verify's sampler costs more than their acceptance saves on some backends); greedy ones in the
 same batch still speculate. Either way the text is plain decoding's.
