@@ -23,7 +23,6 @@ of (the longest prefix of the followed text that the strategy verified) + 1.
 from __future__ import annotations
 
 import argparse
-import heapq
 import itertools
 import sys
 from pathlib import Path
@@ -158,18 +157,18 @@ def one_change_paths(top: np.ndarray, probs: np.ndarray, k: int, n: int) -> set[
 
 
 def tree(top: np.ndarray, probs: np.ndarray, budget: int, depth: int) -> set[tuple[int, ...]]:
-    """At most `budget` nodes, best first by the product of the rows' probabilities."""
-    nodes: set[tuple[int, ...]] = set()
-    frontier = [(-probs[0, r], (int(top[0, r]),)) for r in range(4)]
-    heapq.heapify(frontier)
-    while frontier and len(nodes) < budget:
-        value, node = heapq.heappop(frontier)
-        nodes.add(node)
-        if len(node) < min(depth, len(top)):
-            for r in range(4):
-                heapq.heappush(frontier, (value * probs[len(node), r],
-                                          node + (int(top[len(node), r]),)))
-    return nodes
+    """At most `budget` nodes, best first by the product of the rows' probabilities (each
+    node's children its row's top 4, at most `depth` deep): the runtime's tree
+    (cellspec.runtime.trees.grow_tree), as the token paths of its nodes."""
+    from cellspec.runtime.trees import grow_tree
+
+    rows = min(depth, len(top))
+    with np.errstate(divide="ignore"):  # a probability of 0 is a logp of -inf: never first
+        grown = grow_tree(top[:rows, :4], np.log(probs[:rows, :4]), budget)
+    paths: dict[int, tuple[int, ...]] = {0: ()}
+    for row in range(1, grown.rows):
+        paths[row] = paths[int(grown.parents[row])] + (int(grown.tokens[row - 1]),)
+    return {path for row, path in paths.items() if row}
 
 
 def as_rectangle(nodes: set[tuple[int, ...]]) -> int:
