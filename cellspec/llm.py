@@ -80,15 +80,17 @@ def tree_defaults(backend: str, folder: Path, manifest: Manifest, tree_nodes: in
                   draft_threshold: float | None) -> int | None:
     """The nodes of each cycle's tree (None: chains): `tree_nodes` where given (0: chains),
     else CELL_TREE_NODES on `ort-cuda` with CellAttention when the draft gives its choices
-    (exported since trees) and no threshold is asked."""
+    (exported since trees), no threshold is asked and no layer has a sliding window."""
     from cellspec.runtime.ort_device import cuda_attention  # imported with a backend
 
     if check_tree_nodes(tree_nodes) is not None:
         return tree_nodes or None
+    nodes = min(CELL_TREE_NODES, manifest.max_step_width - 1)
     if backend != "ort-cuda" or cuda_attention() != "cell" or draft_threshold is not None \
-            or manifest.draft is None or not draft_gives_choices(folder, manifest):
-        return None
-    return min(CELL_TREE_NODES, manifest.max_step_width - 1)
+            or manifest.draft is None or manifest.window or nodes < 2 \
+            or not draft_gives_choices(folder, manifest):
+        return None  # (a tree step makes no sliding-window masks)
+    return nodes
 
 
 def check_tree_nodes(tree_nodes: int | None) -> int | None:

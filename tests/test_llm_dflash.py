@@ -277,6 +277,11 @@ def test_tree_defaults_follow_the_backend_and_the_draft(chat_dflash_artifact, mo
     graph.graph.output.extend(kept)
     onnx.save(graph, str(old / manifest.draft.block_graph))
     assert tree_defaults("ort-cuda", old, manifest, None, None) is None
+    # sliding-window layers: chains (a tree step makes no window masks)
+    windowed = dataclasses.replace(manifest, target_cache=tuple(
+        dataclasses.replace(layer, window=16) for layer in manifest.target_cache))
+    assert windowed.window == 16
+    assert tree_defaults("ort-cuda", folder, windowed, None, None) is None
 
 
 @pytest.mark.parametrize("value", [-1, True, 2.0, "7"])
