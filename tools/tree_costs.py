@@ -3,20 +3,26 @@ block on the CPU (bench/NOTES.md, 2026-12-03, second sitting).
 
     python tools/tree_costs.py host [--nodes 15] [--depth 15]
     python tools/tree_costs.py block ARTIFACT [--n-draft 7] [--rounds 3]
+    python tools/tree_costs.py paths ARTIFACT [--prompts 8] [--tokens 64] [--nodes 15]
 
 `host`: microseconds per call of grow_tree, main_path, walk, tree_feeds and keep_path at a
 tree's size (random choices, a sequence of 300 positions). `block`: ms per draft_block call on
 ort-cpu, as loaded (tree outputs stripped) and with them kept, in turn, `--rounds` times.
+`paths`: how often a greedy tree cycle's accepted path stays on the tree's main path (see
+main_path_share).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import timeit
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def host_costs(nodes: int, depth: int, calls: int = 2000) -> dict[str, float]:
@@ -80,6 +86,49 @@ def block_costs(artifact: Path, n_draft: int, rounds: int) -> dict[str, list[flo
     return results
 
 
+def main_path_share(artifact: Path, prompts: int, tokens: int, nodes: int) -> dict:
+    """Greedy tree cycles on held-out prompts over the IOBinding backend on the CPU (the
+    exported attention under the tree's mask, told it may verify trees: not bit for bit, which
+    does not matter for counting): how many cycles' accepted path lies on the tree's main path
+    (the draft then needs no second drain), and tau."""
+    import cellspec.runtime.dflash as dflash
+    from cellspec.artifact import Manifest
+    from cellspec.runtime.device import HostDevice
+    from cellspec.runtime.ort_device import OrtDeviceBackend, device_limits, device_policy
+    from cellspec.runtime.types import BatchInput, Sampling
+    from cellspec.tokenizer import Tokenizer
+    from tools.dflash_train.prompts import held_out_texts
+
+    manifest = Manifest.load(artifact)
+    backend = OrtDeviceBackend("ort-host", HostDevice(), ["CPUExecutionProvider"],
+                               device_limits(manifest, 2), device_policy(manifest),
+                               artifact / manifest.graphs["sample"], "as-exported")
+    backend.exact_trees = True
+    spec = dflash.DFlashExecutor.load(artifact, backend=backend, max_sessions=2,
+                                      tree_nodes=nodes)
+    tokenizer = Tokenizer.load(artifact, manifest)
+    walk, counts = dflash.walk, {"cycles": 0, "on_main_path": 0}
+
+    def counting(tree, drawn):
+        path, burst = walk(tree, drawn)
+        counts["cycles"] += 1
+        counts["on_main_path"] += path == tree.main_path()[: len(path)]
+        return path, burst
+
+    dflash.walk = counting
+    for text in held_out_texts(prompts):
+        sid = spec.open_session()
+        spec.set_sampling(sid, Sampling())
+        out = spec.execute([BatchInput(sid, tuple(tokenizer.encode(text, True)), 0)])[0]
+        pending, produced = out.token, 1
+        while produced < tokens and pending not in tokenizer.eos_token_ids:
+            out = spec.execute([BatchInput(sid, (pending,), spec.pos(sid))])[0]
+            pending, produced = out.tokens[-1], produced + len(out.tokens)
+        spec.close_session(sid)
+    dflash.walk = walk
+    return {**counts, "tau": round(spec.stats.tau, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -90,8 +139,15 @@ def main() -> None:
     block.add_argument("artifact", type=Path)
     block.add_argument("--n-draft", type=int, default=7)
     block.add_argument("--rounds", type=int, default=3)
+    paths = commands.add_parser("paths")
+    paths.add_argument("artifact", type=Path)
+    paths.add_argument("--prompts", type=int, default=8)
+    paths.add_argument("--tokens", type=int, default=64)
+    paths.add_argument("--nodes", type=int, default=15)
     args = parser.parse_args()
-    if args.command == "host":
+    if args.command == "paths":
+        print(main_path_share(args.artifact, args.prompts, args.tokens, args.nodes))
+    elif args.command == "host":
         costs = host_costs(args.nodes, args.depth)
         print({name: round(us, 1) for name, us in costs.items()}, "us per call")
     else:
