@@ -954,8 +954,8 @@ case "${1:-}" in
         -k "tree_speculation or float16_speculation" 2>&1 \
         | tee "$OUT"/gpu_tests_trees.log | tail -2
     CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
-        --draft "$SHIPPED" --tree-nodes "${TREES:-0,7,15}" --n-draft "${N_DRAFTS:-7,15}" \
-        --batches "${BATCHES:-1,2}" \
+        --draft "$SHIPPED" --tree-nodes "${TREES:-0,7,15}" --n-draft "${N_DRAFTS-7,15}" \
+        --batches "${BATCHES-1,2}" \
         --tokens 96 --out "$OUT/trees" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
         | row_fields speculation tree_nodes n_draft batch tokens_per_s tau round_ms
     [ -n "${SKIP_FLIPS:-}" ] || CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py flips \
