@@ -2,6 +2,7 @@
 choices, verified in one target step whose rows see only their ancestors, walked by the
 target's draws, the accepted path kept in the cell cache. The text is plain decoding's."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -297,6 +298,15 @@ def test_tree_nodes_refusals(dflash_artifact):
     with pytest.raises(InvalidArgument, match="gives no top_ids"):
         DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
                             tree_nodes=3, proposer=ChainOnly())
+    # a target with sliding-window layers (none among the fixtures: its manifest, replaced)
+    spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact))
+    manifest = spec.manifest
+    spec.manifest = dataclasses.replace(manifest, target_cache=tuple(
+        dataclasses.replace(layer, window=8) for layer in manifest.target_cache))
+    with pytest.raises(InvalidArgument, match="sliding-window"):
+        spec._check_tree_nodes(3)
+    spec.manifest = manifest
+    assert spec._check_tree_nodes(3) == 3
 
 
 def pool_rows(pools, name, cells):
