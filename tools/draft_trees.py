@@ -17,7 +17,7 @@ of (the longest prefix of the followed text that the strategy verified) + 1.
   if a row could see only its ancestors; as paths of the step, leaves x (deepest + 1)).
 
     python tools/draft_trees.py ARTIFACT [--prompts 48] [--tokens 128] [--n-draft 15]
-        [--temperature 0.7 --top-p 0.9]
+        [--temperature 0.7 --top-p 0.9] [--by-category]
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def parse_args() -> argparse.Namespace:
                         help="> 0: answers drawn (seed 5, --top-p); a tree's acceptance follows "
                         "the drawn text, as the per-position draws make it exact")
     parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--by-category", action="store_true",
+                        help="also tau per prompt category (chain 7 and the trees)")
     args = parser.parse_args()
     if args.prompts < 1 or args.tokens < 1 or args.top < 4 or args.tree_depth < 1:
         parser.error("--prompts and --tokens must be >= 1, --top >= 4, --tree-depth >= 1")
@@ -68,11 +70,12 @@ def proposal_ids(artifact: Path) -> np.ndarray | None:
     return None
 
 
-def record(args) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
-    """(top ids [n, top], their probabilities [n, top], the text after the anchor) a cycle."""
+def record(args) -> list[tuple[np.ndarray, np.ndarray, list[int], str]]:
+    """(top ids [n, top], their probabilities [n, top], the text after the anchor, the prompt's
+    category) a cycle."""
     from cellspec import artifact as names
     from cellspec.llm import LLM, SamplingParams
-    from tools.dflash_train.prompts import held_out_texts
+    from tools.dflash_train.prompts import held_out_prompts
 
     llm = LLM(args.artifact, max_sessions=1, threads=args.threads, speculation=True,
               n_draft=args.n_draft, draft_threshold=0)
@@ -107,14 +110,15 @@ def record(args) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
 
     executor.speculate = keep_burst
     samples = []
-    for text in held_out_texts(args.prompts):
+    for prompt in held_out_prompts(args.prompts):
         start = len(cycles)
-        llm.generate([text], SamplingParams(max_tokens=args.tokens, seed=5,
-                                            temperature=args.temperature, top_p=args.top_p))
+        llm.generate([prompt.text], SamplingParams(max_tokens=args.tokens, seed=5,
+                                                   temperature=args.temperature,
+                                                   top_p=args.top_p))
         followed = list(itertools.chain.from_iterable(c[2] for c in cycles[start:]))
         offset = 0
         for top, probs, burst in cycles[start:]:
-            samples.append((top, probs, followed[offset: offset + len(top)]))
+            samples.append((top, probs, followed[offset: offset + len(top)], prompt.category))
             offset += len(burst)
     return samples
 
@@ -180,17 +184,22 @@ def as_rectangle(nodes: set[tuple[int, ...]]) -> int:
 def main() -> None:
     args = parse_args()
     samples = record(args)
-    n_max = min(len(top) for top, _, _ in samples)
+    n_max = min(len(top) for top, *_ in samples)
     how = (f"temperature {args.temperature}, top_p {args.top_p}" if args.temperature
            else "greedy")
     print(f"{args.artifact}: {len(samples)} cycles, {args.prompts} held-out prompts, {how}")
     print(f"{'strategy':<22} {'verify rows':>12} {'tau':>6}")
 
+    by_category: dict[str, dict[str, float]] = {}
+
     def report(name: str, build, rows) -> None:
-        sets = [build(top, probs) for top, probs, _ in samples]
-        tau = np.mean([accepted(s, text) for s, (_, _, text) in zip(sets, samples)]) + 1
+        sets = [build(top, probs) for top, probs, *_ in samples]
+        lengths = np.array([accepted(s, sample[2]) for s, sample in zip(sets, samples)]) + 1
         shown = rows if isinstance(rows, int) else f"{np.mean([rows(s) for s in sets]):.1f}"
-        print(f"{name:<22} {shown:>12} {tau:6.3f}", flush=True)
+        print(f"{name:<22} {shown:>12} {lengths.mean():6.3f}", flush=True)
+        categories = np.array([sample[3] for sample in samples])
+        for category in dict.fromkeys(categories.tolist()):
+            by_category.setdefault(category, {})[name] = lengths[categories == category].mean()
 
     for n in sorted({3, 7, n_max} & set(range(1, n_max + 1))):
         report(f"chain {n}", lambda top, probs, n=n: chain(top, n), n + 1)
@@ -204,6 +213,12 @@ def main() -> None:
                tree(top, probs, b, depth), budget + 1)
         report(f"tree {budget} (as paths)", lambda top, probs, b=budget:
                tree(top, probs, b, depth), as_rectangle)
+    if args.by_category:  # tau per prompt category of the chain of 7 and the trees
+        columns = [c for c in ("chain 7", "tree 7 (as a tree)", "tree 15 (as a tree)",
+                               "tree 31 (as a tree)") if c in next(iter(by_category.values()))]
+        print(f"{'category':<14}" + "".join(f"{c.split(' (')[0]:>10}" for c in columns))
+        for category, taus in by_category.items():
+            print(f"{category:<14}" + "".join(f"{taus[c]:10.3f}" for c in columns))
 
 
 if __name__ == "__main__":

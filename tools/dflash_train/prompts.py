@@ -209,13 +209,18 @@ def interleaved(prompts: list[Prompt]) -> list[Prompt]:
     return [p for *_, p in sorted(keyed, key=lambda k: k[:3])]
 
 
-def held_out_texts(count: int) -> list[str]:
+def held_out_prompts(count: int) -> list[Prompt]:
     """The first `count` held-out prompts of the default prompt set, categories interleaved:
     prompts no draft trained on, for the benchmarks (tools/bench_spec.py, tools/gpu_bench.py)."""
     held_out = interleaved(split(make_prompts())[1])
     if count > len(held_out):
         raise SystemExit(f"{count} held-out prompts asked: the prompt set holds {len(held_out)}")
-    return [p.text for p in held_out[:count]]
+    return held_out[:count]
+
+
+def held_out_texts(count: int) -> list[str]:
+    """held_out_prompts' texts."""
+    return [p.text for p in held_out_prompts(count)]
 
 
 def write_prompts(prompts: list[Prompt], path: Path) -> None:
