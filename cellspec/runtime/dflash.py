@@ -45,12 +45,18 @@ import numpy as np
 
 from cellspec import artifact as names
 from cellspec.errors import InvalidArgument
-from cellspec.manifest_fields import is_int, is_number
+from cellspec.manifest_fields import is_int
 from cellspec.runtime.backend import Backend
 from cellspec.runtime.draft import DraftModel, ProposalRequest
 from cellspec.runtime.executor import Executor, load_parts
 from cellspec.runtime.sampling import accept_count
 from cellspec.runtime.sessions import DraftState, Session
+from cellspec.runtime.spec_options import (
+    check_draft_threshold,
+    check_max_verify_rows,
+    check_speculate_sampled,
+    confident_length,
+)
 from cellspec.runtime.trees import grow_tree, walk
 from cellspec.runtime.types import BatchInput, Output
 
@@ -371,37 +377,3 @@ class DFlashExecutor(Executor):
         seq_ids = np.concatenate([np.full(cells.size, sid) for sid, cells in runs])
         self.draft.drain(seq_ids.astype(np.int64), np.concatenate([c for _, c in runs]),
                          self.target.taps)
-
-
-def check_draft_threshold(threshold: float | None) -> float | None:
-    """None, or a real number in [0, 1) as a float (0: every cycle proposes n_draft)."""
-    if threshold is None:
-        return None
-    if not (is_number(threshold) and 0.0 <= threshold < 1.0):
-        raise InvalidArgument(f"draft_threshold {threshold!r}: expected a number in [0, 1) "
-                              "(0: no cut) or None")
-    return None if float(threshold) == 0.0 else float(threshold)
-
-
-def check_speculate_sampled(value: bool) -> bool:
-    """True or False (a truthy number or string is refused: it says nothing it means)."""
-    if not isinstance(value, bool):
-        raise InvalidArgument(f"speculate_sampled {value!r}: expected True or False")
-    return value
-
-
-def check_max_verify_rows(rows: int | None) -> int | None:
-    """None, or an int >= 2 (a verify row for the anchor, one for a proposal) as an int."""
-    if rows is not None and not (is_int(rows) and rows >= 2):
-        raise InvalidArgument(f"max_verify_rows {rows!r}: expected an int >= 2 or None (no "
-                              "limit)")
-    return None if rows is None else int(rows)
-
-
-def confident_length(probs: np.ndarray, threshold: float) -> int:
-    """How many proposals a cycle verifies: for each owner (a row of probs [O, n], the draft's
-    probability of each proposal), the leading proposals whose running product stays >=
-    threshold, at least 1; the most of any owner, so that every owner's verify is equally wide."""
-    confident = np.cumprod(probs, axis=1) >= threshold
-    # the running product only falls, so the confident rows are a prefix
-    return max(1, int(confident.sum(axis=1).max()))

@@ -1,0 +1,44 @@
+"""A DFlash executor's options, each validated where the caller gives it (pure; no engine):
+draft_threshold, max_verify_rows, speculate_sampled, and the cut a threshold makes
+(`confident_length`). runtime/dflash.py says what each does."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cellspec.errors import InvalidArgument
+from cellspec.manifest_fields import is_int, is_number
+
+
+def check_draft_threshold(threshold: float | None) -> float | None:
+    """None, or a real number in [0, 1) as a float (0: every cycle proposes n_draft)."""
+    if threshold is None:
+        return None
+    if not (is_number(threshold) and 0.0 <= threshold < 1.0):
+        raise InvalidArgument(f"draft_threshold {threshold!r}: expected a number in [0, 1) "
+                              "(0: no cut) or None")
+    return None if float(threshold) == 0.0 else float(threshold)
+
+
+def check_speculate_sampled(value: bool) -> bool:
+    """True or False (a truthy number or string is refused: it says nothing it means)."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"speculate_sampled {value!r}: expected True or False")
+    return value
+
+
+def check_max_verify_rows(rows: int | None) -> int | None:
+    """None, or an int >= 2 (a verify row for the anchor, one for a proposal) as an int."""
+    if rows is not None and not (is_int(rows) and rows >= 2):
+        raise InvalidArgument(f"max_verify_rows {rows!r}: expected an int >= 2 or None (no "
+                              "limit)")
+    return None if rows is None else int(rows)
+
+
+def confident_length(probs: np.ndarray, threshold: float) -> int:
+    """How many proposals a cycle verifies: for each owner (a row of probs [O, n], the draft's
+    probability of each proposal), the leading proposals whose running product stays >=
+    threshold, at least 1; the most of any owner, so that every owner's verify is equally wide."""
+    confident = np.cumprod(probs, axis=1) >= threshold
+    # the running product only falls, so the confident rows are a prefix
+    return max(1, int(confident.sum(axis=1).max()))
