@@ -83,7 +83,7 @@ def tree_defaults(backend: str, folder: Path, manifest: Manifest, tree_nodes: in
     (exported since trees), no threshold is asked and no layer has a sliding window."""
     from cellspec.runtime.ort_device import cuda_attention  # imported with a backend
 
-    if check_tree_nodes(tree_nodes) is not None:
+    if tree_nodes is not None:  # (LLM checked it)
         return tree_nodes or None
     nodes = min(CELL_TREE_NODES, manifest.max_step_width - 1)
     if backend != "ort-cuda" or cuda_attention() != "cell" or draft_threshold is not None \

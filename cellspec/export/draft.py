@@ -169,14 +169,12 @@ def make_draft_block_graph(draft: DraftCheckpoint, target: Hparams, embeddings: 
     # LogSoftmax, not ReduceLogSumExp: the CUDA provider reduces through cuDNN, ~2 ms for a
     # block's rows on the H200 (every block call paid it, whether it asked for these or not)
     log_softmax = g.node("LogSoftmax", [logits], name="/top/LogSoftmax", axis=1)
+    indices = names.TOP_IDS if vocab is None else "/top/indices"  # columns are ids, or not
     g.node("TopK", [log_softmax, g.const([names.TOP_K])], name="/top/TopK", axis=1,
-           largest=1, sorted=1, outputs=[names.TOP_LOGP, "/top/indices"])
-    indices = "/top/indices"
+           largest=1, sorted=1, outputs=[names.TOP_LOGP, indices])
     if vocab is not None:
         g.node("Gather", [g.const(list(vocab), name=PROPOSAL_IDS), indices],
                name="/top/Ids", axis=0, outputs=[names.TOP_IDS])
-    else:
-        g.node("Identity", [indices], name="/top/Ids", outputs=[names.TOP_IDS])
     g.output(names.TOP_IDS, names.TOP_IDS, "int64", ["O * P", names.TOP_K])
     g.output(names.TOP_LOGP, names.TOP_LOGP, "float32", ["O * P", names.TOP_K])
     return g.make_model()

@@ -212,8 +212,10 @@ def lone_rows_round_apart(configs: frozenset[tuple[int, ...]], threads: int) -> 
 
 def _by_position(path: Path) -> bytes | None:
     """The target graph at `path` with its attention by position (cellspec/rewrite/attention.py:
-    so that a token's logits do not depend on whether a verify or a later step feeds it),
-    serialized; None for other graphs, which load from `path` as they are."""
+    so that a token's logits do not depend on whether a verify or a later step feeds it), or a
+    draft_block without its tree outputs (ort-cpu verifies chains only:
+    rewrite.graph.without_tree_choices), serialized; None for other graphs, which load from
+    `path` as they are."""
     model = onnx.load(str(path), load_external_data=False)
     rewritten = without_tree_choices(attention_by_position(model))
     return None if rewritten is model else rewritten.SerializeToString()

@@ -82,13 +82,6 @@ def grow_tree(ids: np.ndarray, logp: np.ndarray, nodes: int) -> DraftTree:
                      np.array(depths, np.int64))
 
 
-def chain_tree(proposals: np.ndarray) -> DraftTree:
-    """A chain [d1..dn] as a tree: each node the child of the one before."""
-    n = len(proposals)
-    return DraftTree(np.asarray(proposals, np.int64), np.arange(-1, n, dtype=np.int64),
-                     np.arange(n + 1, dtype=np.int64))
-
-
 def ancestor_mask(parents: np.ndarray) -> np.ndarray:
     """[R, R] bool: row i sees row j iff j is i or one of its ancestors (parents [R], each
     parent before its child, -1 for the root)."""
@@ -108,14 +101,6 @@ def depths_of(parents: np.ndarray) -> np.ndarray:
         if parent >= 0:
             depths[i] = depths[parent] + 1
     return depths
-
-
-def check_parents(parents: np.ndarray, rows: int) -> None:
-    """Each row's parent is an earlier row, the first row the only root."""
-    if parents.shape != (rows,) or parents[0] != -1 or \
-            np.any(parents[1:] < 0) or np.any(parents[1:] >= np.arange(1, rows)):
-        raise InvalidArgument(f"tree parents {parents.tolist()}: expected -1 then, for each "
-                              "row, an earlier row")
 
 
 def walk(tree: DraftTree, drawn: np.ndarray) -> tuple[list[int], tuple[int, ...]]:

@@ -18,7 +18,6 @@ from cellspec.runtime.target import tree_feeds
 from cellspec.runtime.trees import (
     DraftTree,
     ancestor_mask,
-    chain_tree,
     depths_of,
     grow_tree,
     walk,
@@ -70,10 +69,9 @@ def test_a_tree_of_first_choices_only_is_a_chain():
     ids = np.array([[5, 6], [7, 8], [9, 10]])
     logp = np.log(np.array([[0.99, 0.01], [0.98, 0.02], [0.97, 0.03]]))
     tree = grow_tree(ids, logp, 3)
-    chain = chain_tree([5, 7, 9])
-    assert np.array_equal(tree.tokens, chain.tokens)
-    assert np.array_equal(tree.parents, chain.parents)
-    assert np.array_equal(tree.depths, chain.depths)
+    assert tree.tokens.tolist() == [5, 7, 9]  # each node the child of the one before
+    assert tree.parents.tolist() == [-1, 0, 1, 2]
+    assert tree.depths.tolist() == [0, 1, 2, 3]
 
 
 def test_grow_tree_refuses_bad_shapes():
