@@ -673,6 +673,8 @@ def cmd_smollm2(args) -> None:
                   draft_threshold=threshold, chain_steps=chain_steps, tree_nodes=tree)
         if speculation:  # "behind": drain the verify's rows as it runs; "first": next cycle
             llm.executor.drain_behind_verify = drain == "behind"
+            if args.speculate_sampled:
+                llm.executor.speculate_sampled = True
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
         # batch 1: the prompts one after another; batch 8: 8 at a time. Answers end at eos
         # (the same tokens with and without speculation, so tokens/s compare)
@@ -698,7 +700,9 @@ def cmd_smollm2(args) -> None:
                          None), "tree_nodes": getattr(llm.executor, "tree_nodes", None),
                          "chain_steps": chain_steps, "batch": batch,
                          "temperature": args.temperature, "top_p": args.top_p,
-                         "drain": drain, "prompts": len(prompts), "tokens": tokens,
+                         "drain": drain, "speculate_sampled": getattr(
+                             llm.executor, "speculate_sampled", None),
+                         "prompts": len(prompts), "tokens": tokens,
                          "tokens_per_s": tokens / seconds,
                          "tau": (accepted + cycles) / cycles if cycles else None,
                          "ms_per_call": methods_since(llm.executor, calls_before),
@@ -729,13 +733,18 @@ def cmd_flips(args) -> None:
             llm = LLM(folder, backend=BACKEND[0], max_sessions=args.sessions,
                       speculation=speculation, max_spec_batch=args.sessions if speculation
                       else None, tree_nodes=args.tree_nodes if speculation else None)
+            if speculation:  # sampled sessions too (not the LLM's default with CellAttention)
+                llm.executor.speculate_sampled = True
             texts[speculation] = [o.token_ids for o in llm.generate(prompts, params)]
+            stats = getattr(llm.executor, "stats", None)
         same = [a == b for a, b in zip(texts[False], texts[True])]
         firsts = [next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
                   for a, b, s in zip(texts[False], texts[True], same) if not s and
                   any(x != y for x, y in zip(a, b))]
         report[mode] = {"dtype": args.dtype, "prompts": len(prompts), "identical": sum(same),
                         "flip_rate": 1 - sum(same) / len(prompts),
+                        "tau": (stats.accepted + stats.cycles) / stats.cycles
+                        if stats and stats.cycles else None,
                         "first_difference_positions": firsts}
         print(mode, json.dumps(report[mode]), flush=True)
     write(args.out / f"flips_{args.dtype}.json", report)
@@ -845,6 +854,9 @@ def main() -> None:
     commands.choices["smollm2"].add_argument(
         "--max-spec-batch", type=int, help="speculate only when at most this many sessions "
         "could (default: the LLM's)")
+    commands.choices["smollm2"].add_argument(
+        "--speculate-sampled", action="store_true", help="sessions with a temperature "
+        "speculate too (the LLM's default on ort-cuda with CellAttention: they do not)")
     projections = commands.add_parser("projections")
     projections.add_argument("--out", type=Path, required=True)
     projections.add_argument("--shapes", default="A,B")

@@ -4,6 +4,7 @@
 # here, then `bash .gpu/pN/recv.sh` there for every part, in order). Results go under $OUT.
 #
 #   bash tools/gpu_run.sh trees      # trees of proposals: GPU tests, real SmolLM2, flips
+#   bash tools/gpu_run.sh trees-sampled # the same greedy and at temperature 0.7, sampled speculating
 #   bash tools/gpu_run.sh train      # DFlash draft for SmolLM2: generate, train, eval, export
 #   bash tools/gpu_run.sh check      # GPU tests, decode steps on shapes A and B, GenAI A and B
 #   bash tools/gpu_run.sh large      # shape C steps, DFlash cycle vs AR step, real SmolLM2
@@ -885,6 +886,26 @@ case "${1:-}" in
         --tokens 96 --out "$OUT/real" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
         | cut -c1-200
     gpu_tests
+    ;;
+  trees-sampled)  # trees with every row drained behind the verify: the trees' GPU tests, the
+                  # real SmolLM2 float16 at 1 and 2 sessions with a chain and a tree of 15,
+                  # greedy and at temperature 0.7 / top_p 0.9 (sampled sessions speculating),
+                  # then the flips over 200 held-out prompts with trees of 15 at 2 sessions
+    python3 -m cellspec.plugins.build > /dev/null 2>&1 || exit 4
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+        tests/gpu/test_ort_cuda.py -k "tree_speculation or float16_speculation" 2>&1 \
+        | tee "$OUT"/gpu_tests_trees.log | tail -2
+    for temp in 0 0.7; do
+      top_p=1.0; [ "$temp" = 0 ] || top_p=0.9
+      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+          --draft "$SHIPPED" --tree-nodes 0,15 --batches 1,2 --tokens 96 \
+          --temperature $temp --top-p $top_p --speculate-sampled \
+          --out "$OUT/trees-t$temp" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{" \
+          | row_fields speculation tree_nodes n_draft batch temperature tokens_per_s tau round_ms
+    done
+    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py flips --draft "$SHIPPED" \
+        --dtype float16 --prompts 200 --tokens 96 --sessions 2 --tree-nodes 15 \
+        --out "$OUT/flips-trees" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -2 | cut -c1-200
     ;;
   genai-real)  # cellspec against ONNX Runtime GenAI 0.18 on the real SmolLM2, the same weights
                # in float16 (GenAI's builder on an HF folder of the bundled GGUF, made by

@@ -7,7 +7,8 @@ until a cycle drains them into the draft cache. An input that is exactly the pen
 the frontier takes the fast path: one cycle (drain, draft, verify, commit accepted + 1) instead
 of a plain step. A cycle drains the verify's rows while the verify runs (on a device the host's
 work of that drain overlaps the verify's), then rewinds both caches past the accepted ones, so
-the next cycle usually has nothing left to drain first. Any other input runs a plain target
+the next cycle usually has nothing left to drain first (with trees, every row is drained keyed
+at its depth's position and both caches keep the accepted path). Any other input runs a plain target
 step. Target tokens are drawn with the uniform of their position, so the
 text equals plain decoding's at any temperature.
 
@@ -57,7 +58,7 @@ from cellspec.runtime.spec_options import (
     check_speculate_sampled,
     confident_length,
 )
-from cellspec.runtime.trees import grow_tree, walk
+from cellspec.runtime.trees import DraftTree, grow_tree, walk
 from cellspec.runtime.types import BatchInput, Output
 
 
@@ -289,22 +290,21 @@ class DFlashExecutor(Executor):
         # each row drawn with the uniform of the position after it, as plain decoding would
         positions = [r.position + int(d) + 1 for r, t in zip(requests, trees) for d in t.depths]
         draws = self.draws([sid for sid in sids for _ in range(width)], positions)
-        # while the verify runs, the rows of each tree's main path (its first choices: the
-        # likeliest to be accepted) go into the draft cache at their depths' positions; after
-        # the verdict the draft keeps what the accepted path shares with it, and the next
-        # cycle drains the rest of the path from its cells
-        mains = [t.main_path() for t in trees]
+        # while the verify runs, every row of every tree goes into the draft cache as into
+        # the target's: in row order, each keyed at its depth's position (draft_context is
+        # row-wise, so a row's keys are what its position would give on the accepted path);
+        # after the verdict both caches keep the accepted path, and the next cycle has
+        # nothing to drain first
         result = self.target.forward(np.repeat(sids, width), tokens.astype(np.int64),
                                      np.arange(len(tokens), dtype=np.int64), draws,
-                                     meanwhile=lambda: self._drain_rows(requests, mains),
+                                     meanwhile=lambda: self._drain_trees(requests, trees),
                                      tree=parents)
         bursts = []
         for owner, (request, tree) in enumerate(zip(requests, trees)):
             path, burst = walk(tree, result.tokens[owner * width: (owner + 1) * width])
             self.cache.keep_path(request.sid, request.position, path)
-            shared = next((i for i, (a, b) in enumerate(zip(path, mains[owner])) if a != b),
-                          min(len(path), len(mains[owner])))
-            self._rewind_draft(request.sid, request.position + shared)
+            if self.draft:
+                self.draft.cache.keep_path(request.sid, request.position, path)
             self._state(request.sid).pending = burst[-1]
             self._count(len(path) - 1, width - 1)
             bursts.append(burst)
@@ -362,18 +362,22 @@ class DFlashExecutor(Executor):
         self._drain_cells([(sid, self.cache.cells_of(sid)[self.draft.cache.pos(sid):])
                            for sid in sids] if self.draft else [])
 
-    def _drain_rows(self, requests: list[ProposalRequest], rows: list[list[int]]) -> None:
-        """Drain each owner's verify rows `rows` (offsets from its anchor's position, whose
-        cells the cache holds in row order) at the positions after its draft frontier."""
-        self._drain_cells([(r.sid, self.cache.cells_of(r.sid)[r.position + np.array(owned)])
-                           for r, owned in zip(requests, rows)] if self.draft else [])
+    def _drain_trees(self, requests: list[ProposalRequest], trees: list[DraftTree]) -> None:
+        """Drain every row of each owner's verified tree (its cells, which the cache holds in
+        row order from the anchor's position, the draft's frontier) keyed at position + depth."""
+        if self.draft:
+            self._drain_cells([(r.sid, self.cache.cells_of(r.sid)[r.position:][: t.rows])
+                               for r, t in zip(requests, trees)],
+                              np.concatenate([r.position + t.depths
+                                              for r, t in zip(requests, trees)]))
 
-    def _drain_cells(self, runs: list[tuple[int, np.ndarray]]) -> None:
+    def _drain_cells(self, runs: list[tuple[int, np.ndarray]],
+                     positions: np.ndarray | None = None) -> None:
         """draft_context in one call over each (sid, cells): the taps in those target cells at
-        the sid's next draft positions."""
+        the sid's next draft positions (keyed at `positions` where given: DraftModel.drain)."""
         runs = [(sid, cells) for sid, cells in runs if cells.size]
         if not runs:
             return
         seq_ids = np.concatenate([np.full(cells.size, sid) for sid, cells in runs])
         self.draft.drain(seq_ids.astype(np.int64), np.concatenate([c for _, c in runs]),
-                         self.target.taps)
+                         self.target.taps, positions)

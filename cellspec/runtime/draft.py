@@ -49,10 +49,13 @@ class DraftModel:
         self.max_width = manifest.max_step_width
         self.stats: dict[str, MethodStats] = defaultdict(MethodStats)
 
-    def drain(self, seq_ids: np.ndarray, cells: np.ndarray, taps: Pools) -> None:
+    def drain(self, seq_ids: np.ndarray, cells: np.ndarray, taps: Pools,
+              positions: np.ndarray | None = None) -> None:
         """Commit the context keys/values of the target tokens in `cells` [C] (whose taps are
         in the target's `taps` pool), one contiguous run per sequence continuing from its
-        draft frontier."""
+        draft frontier. `positions` [C]: each token's rotary position where it is not its
+        cell's (a tree's rows, committed in row order at positions p + depth; keep_path then
+        keeps the accepted ones), else the cells' consecutive positions."""
         starts, lengths = runs_of(seq_ids)
         for piece in plan_pieces(lengths.tolist(), self.max_width):
             index = piece_index(piece, starts)  # [S, Q]
@@ -66,8 +69,12 @@ class DraftModel:
             read[:rows, : piece.width] = cells[index]
             hidden = Gather(names.HIDDEN, taps, TAPS_POOL, read)
             self.cache.commit_step(plan)  # the run only reads the plan
+            fed = plan.positions
+            if positions is not None:
+                fed = plan.positions.copy()
+                fed[:rows, : piece.width] = positions[index]
             self._run(self.context, f"draft_context {shape.label}", int(index.size),
-                      {names.POSITIONS: plan.positions}, [], plan.cells, gather=hidden,
+                      {names.POSITIONS: fed}, [], plan.cells, gather=hidden,
                       static=shape.is_static)
 
     def propose(self, requests: list[ProposalRequest], n_draft: int) -> np.ndarray:

@@ -317,9 +317,10 @@ def pool_rows(pools, name, cells):
 
 
 def test_tree_cycles_keep_the_draft_in_step(dflash_artifact):
-    """Behind each verify the draft takes the tree's main path (its first choices); after the
-    verdict it keeps what the accepted path shares with it, and the next cycle drains the rest:
-    the draft never holds a position the target does not, and its keys are a fresh replay's."""
+    """Behind each verify the draft takes every row of the tree, keyed at its depth's position;
+    after the verdict it keeps the accepted path as the target does, on the tree's main path
+    (first choices) or off it: the draft is never behind after a cycle, and its keys are a
+    fresh replay's."""
     plain = plain_on_tree_backend(dflash_artifact)
     text = prompts(1, seed=4)[0]
     expected = run_alone(plain, text, GREEDY, seed=0, steps=48)
@@ -328,23 +329,34 @@ def test_tree_cycles_keep_the_draft_in_step(dflash_artifact):
     reference = DFlashExecutor.load(dflash_artifact, max_sessions=2)
     oracle = TreeOracle({}, [0, 1, 0, 2, None, 0, 3, 1, 0, 0])
     spec.proposer = oracle  # the draft still drains; the oracle proposes
+    mains, paths = [], []
+    drain_trees, keep_path = spec._drain_trees, spec.draft.cache.keep_path
+
+    def recording_drain(requests, trees):
+        mains.append(trees[0].main_path())
+        drain_trees(requests, trees)
+
+    def recording_keep(seq, start, path):
+        paths.append(list(path))
+        keep_path(seq, start, path)
+
+    spec._drain_trees, spec.draft.cache.keep_path = recording_drain, recording_keep
     sid = spec.open_session()
     spec.set_sampling(sid, GREEDY)
     oracle.truth[sid] = list(text) + expected
     history = list(text)
     pending = spec.execute([BatchInput(sid, tuple(text), 0)])[0].token
-    behind = []
     while len(history) < len(text) + 36:
         out = spec.execute([BatchInput(sid, (pending,), spec.pos(sid))])[0]
         history += [pending, *out.tokens[:-1]]
         pending = out.tokens[-1]
         assert history == (list(text) + expected)[: len(history)]
-        assert spec.draft.cache.pos(sid) <= spec.pos(sid) == len(history)
-        behind.append(spec.pos(sid) - spec.draft.cache.pos(sid))
+        assert spec.draft.cache.pos(sid) == spec.pos(sid) == len(history)
         spec.draft.cache.check()
-    # some accepted paths left the main path (drained next cycle), some stayed on it
-    assert 0 in behind and max(behind) > 0
-    spec._drain([sid])
+    # some accepted paths stayed on the main path, some left it
+    assert len(paths) == len(mains) > 0
+    off = [path != main[: len(path)] for path, main in zip(paths, mains)]
+    assert any(off) and not all(off)
     ref = reference.open_session()
     reference.set_sampling(ref, GREEDY)
     reference.execute([BatchInput(ref, tuple(history), 0, False)])
