@@ -68,6 +68,10 @@ CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 2
 # at 0.7 / top_p 0.9 against 2.69 greedy), so speculation gave 0.95-1.01x plain at 1 session
 # and 0.74-0.80x at 2 (H200, 2026-12-03, bench/NOTES.md). Greedy sessions still speculate.
 CELL_SPECULATE_SAMPLED = False
+# ... except with trees when the session is the only one that could speculate: a tree of 15
+# accepts more of a sampled text (tau 2.22 against 1.75 for the chain of 7), and gave 1.26x
+# plain at 1 session, 0.90x at 2 (H200, 2026-12-03, third sitting, bench/NOTES.md).
+CELL_TREE_SPECULATE_SAMPLED = 1
 # ... and a cycle verifies a tree of proposals (runtime/trees.py) rather than a chain: each row
 # of the verify sees only its ancestors, which CellAttention keys by position, so the text is
 # unchanged. On the H200 (real SmolLM2 float16, 16 held-out prompts, one call; bench/NOTES.md,
@@ -138,12 +142,16 @@ def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
             best[1] if max_spec_batch is None else max_spec_batch, best[2], best[3])
 
 
-def speculates_sampled(backend: str) -> bool:
+def speculates_sampled(backend: str, tree_nodes: int | None = None) -> bool | int:
     """Whether sessions that draw with a temperature speculate on this backend (greedy ones
-    always do): not on `ort-cuda` with CellAttention (CELL_SPECULATE_SAMPLED)."""
+    always do; DFlashExecutor's speculate_sampled): on `ort-cuda` with CellAttention not with
+    chains (CELL_SPECULATE_SAMPLED), with trees when at most CELL_TREE_SPECULATE_SAMPLED
+    sessions could."""
     from cellspec.runtime.ort_device import cuda_attention  # imported with a backend
 
-    return not (backend == "ort-cuda" and cuda_attention() == "cell") or CELL_SPECULATE_SAMPLED
+    if backend != "ort-cuda" or cuda_attention() != "cell":
+        return True
+    return CELL_TREE_SPECULATE_SAMPLED if tree_nodes else CELL_SPECULATE_SAMPLED
 
 
 class LLM:
@@ -163,9 +171,10 @@ class LLM:
     CPU_DRAFT_THRESHOLD on `ort-cpu`, else none; 0: none). `chain_steps`: where the backend
     runs ahead (`ort-cuda`), steps that only decode run as chains of up to this many (the host
     plans each step while the device runs the one before; 1 = none). On `ort-cuda` with
-    CellAttention sessions that draw with a temperature do not speculate (CELL_SPECULATE_SAMPLED:
-    there it does not pay); greedy ones do. `tree_nodes`: each cycle verifies a tree of this
-    many proposals, grown from the draft's top choices per row (0: a chain; default:
+    CellAttention sessions that draw with a temperature do not speculate in chains
+    (CELL_SPECULATE_SAMPLED: there it does not pay), and with trees only when no other session
+    could (CELL_TREE_SPECULATE_SAMPLED); greedy ones do. `tree_nodes`: each cycle verifies a
+    tree of this many proposals, grown from the draft's top choices per row (0: a chain; default:
     CELL_TREE_NODES on `ort-cuda` with CellAttention, the one backend that verifies a tree as
     plain decoding rounds; elsewhere chains)."""
 
@@ -201,7 +210,8 @@ class LLM:
                                                 max_spec_batch=max_spec_batch,
                                                 draft_threshold=draft_threshold,
                                                 max_verify_rows=rows,
-                                                speculate_sampled=speculates_sampled(backend),
+                                                speculate_sampled=speculates_sampled(
+                                                    backend, tree_nodes),
                                                 tree_nodes=tree_nodes)
         elif n_draft is not None or max_spec_batch is not None or draft_threshold is not None \
                 or tree_nodes:

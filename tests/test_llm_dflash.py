@@ -165,8 +165,11 @@ def test_sampled_sessions_speculate_except_on_cuda_with_cell_attention(monkeypat
     assert speculates_sampled("ort-cpu") and speculates_sampled("ort-cuda")
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
     assert speculates_sampled("ort-cpu") and not speculates_sampled("ort-cuda")
+    # with trees a sampled session speculates when it is the only one that could
+    assert speculates_sampled("ort-cuda", 15) == 1 and speculates_sampled("ort-cuda", 0) is False
+    assert speculates_sampled("ort-cpu", 15) is True
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")
-    assert speculates_sampled("ort-cuda")
+    assert speculates_sampled("ort-cuda") and speculates_sampled("ort-cuda", 15) is True
 
 
 def test_the_llm_lets_sampled_sessions_speculate_on_the_cpu(chat_dflash_artifact):

@@ -31,7 +31,8 @@ decoding rounds (`Backend.exact_trees`: ort-cuda with CellAttention).
 
 `speculate_sampled=False`: sessions that draw with a temperature always take plain steps (their
 verify's sampler costs more than their acceptance saves on some backends); greedy ones in the
-same batch still speculate. Either way the text is plain decoding's.
+same batch still speculate. An int n: they speculate when at most n sessions of the step could
+(sampled or not), else they step plainly. Either way the text is plain decoding's.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class DFlashExecutor(Executor):
                  proposer: Proposer | None = None, n_draft: int | None = None,
                  max_spec_batch: int | None = None,
                  draft_threshold: float | None = None,
-                 max_verify_rows: int | None = None, speculate_sampled: bool = True,
+                 max_verify_rows: int | None = None, speculate_sampled: bool | int = True,
                  tree_nodes: int | None = None) -> None:
         super().__init__(*args)
         self.draft = draft
@@ -152,7 +153,7 @@ class DFlashExecutor(Executor):
              max_spec_batch: int | None = None,
              draft_threshold: float | None = None,
              max_verify_rows: int | None = None,
-             speculate_sampled: bool = True,
+             speculate_sampled: bool | int = True,
              tree_nodes: int | None = None) -> DFlashExecutor:
         """Load an artifact with its draft (or, for tests, any `proposer`)."""
         check_draft_threshold(draft_threshold)  # before the engines load
@@ -203,7 +204,7 @@ class DFlashExecutor(Executor):
         """Run one batch: pending-token inputs speculate (at most `max_spec_batch` of them, else
         none), the rest take a plain step."""
         batch = self.validate(batch)
-        fast = [i for i, item in enumerate(batch) if self._can_speculate(item)]
+        fast = self._speculating(batch)
         if self.max_spec_batch is not None and len(fast) > self.max_spec_batch:
             fast = []
             self.stats.plain_over_limit += 1
@@ -235,13 +236,25 @@ class DFlashExecutor(Executor):
         (max_spec_batch)."""
         if not self.backend.runs_ahead:
             return False
-        fast = [item for item in batch if item.sid in self.sessions
-                and self._can_speculate(item)]
+        fast = self._speculating([item for item in batch if item.sid in self.sessions])
         return not fast or (self.max_spec_batch is not None and len(fast) > self.max_spec_batch)
+
+    def _speculating(self, batch: Sequence[BatchInput]) -> list[int]:
+        """The indices of the inputs that may speculate (before max_spec_batch): a sampled one
+        only where speculate_sampled allows it (True; n: at most n inputs could)."""
+        fast = [i for i, item in enumerate(batch) if self._can_speculate(item)]
+        limit = self.speculate_sampled
+        if not isinstance(limit, bool) and len(fast) > limit:
+            fast = [i for i in fast if not self._samples(batch[i].sid)]
+        return fast
+
+    def _samples(self, sid: int) -> bool:
+        sampling = self.sessions.sessions[sid].sampling
+        return bool(sampling) and not sampling.is_greedy
 
     def _can_speculate(self, item: BatchInput) -> bool:
         session = self.sessions.sessions[item.sid]
-        if not self.speculate_sampled and session.sampling and not session.sampling.is_greedy:
+        if self.speculate_sampled is False and self._samples(item.sid):
             return False
         state = session.draft
         position = self.cache.pos(item.sid)

@@ -20,11 +20,13 @@ def check_draft_threshold(threshold: float | None) -> float | None:
     return None if float(threshold) == 0.0 else float(threshold)
 
 
-def check_speculate_sampled(value: bool) -> bool:
-    """True or False (a truthy number or string is refused: it says nothing it means)."""
-    if not isinstance(value, bool):
-        raise InvalidArgument(f"speculate_sampled {value!r}: expected True or False")
-    return value
+def check_speculate_sampled(value: bool | int) -> bool | int:
+    """True, False, or an int n >= 1 (sampled sessions speculate when at most n sessions of a
+    step could); a float or string is refused: it says nothing it means."""
+    if not (isinstance(value, bool) or (is_int(value) and value >= 1)):
+        raise InvalidArgument(f"speculate_sampled {value!r}: expected True, False or an int "
+                              ">= 1 (sampled sessions speculate when at most that many could)")
+    return value if isinstance(value, bool) else int(value)
 
 
 def check_max_verify_rows(rows: int | None) -> int | None:

@@ -348,7 +348,43 @@ def test_a_sampled_session_that_does_not_speculate_chains_to_plain_decodings_tex
     assert got == expected and spec.stats.cycles == 0
 
 
-@pytest.mark.parametrize("value", [1, 0, "no", None])
-def test_speculate_sampled_must_be_a_bool(dflash_artifact, value):
-    with pytest.raises(InvalidArgument, match="speculate_sampled .*expected True or False"):
+def test_sampled_sessions_speculate_only_alone_where_speculate_sampled_is_one(dflash_artifact):
+    """speculate_sampled=1: a sampled session speculates when it is the only session that could;
+    beside a greedy one it steps plainly while the greedy one speculates, and two sampled ones
+    both step plainly. Every text is plain decoding's."""
+    texts = prompts(2, seed=14)
+    plain = Executor.load(dflash_artifact, max_sessions=4)
+    sids, firsts = greedy_and_sampled(plain, texts)
+    expected = decode(plain, sids, firsts, 16)
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=4, speculate_sampled=1)
+    sids, firsts = greedy_and_sampled(spec, texts)
+    got, last = {s: [] for s in sids}, dict(zip(sids, firsts))
+    for _ in range(6):  # both pending: each call is one cycle (the greedy session's)
+        outs = spec.execute([BatchInput(s, (last[s],), spec.pos(s)) for s in sids])
+        assert len(outs[1].tokens) == 1
+        for out in outs:
+            got[out.sid] += out.tokens
+            last[out.sid] = out.tokens[-1]
+    assert spec.stats.cycles == 6
+    calls = 0
+    while len(got[sids[1]]) < 16:  # the sampled one alone: every call is a cycle
+        out = spec.execute([BatchInput(sids[1], (last[sids[1]],), spec.pos(sids[1]))])[0]
+        got[sids[1]] += out.tokens
+        last[sids[1]] = out.tokens[-1]
+        calls += 1
+    assert spec.stats.cycles == 6 + calls
+    assert got[sids[0]] == expected[0][:6] and got[sids[1]][:16] == expected[1]
+    # two sampled sessions pending: neither speculates
+    other = spec.open_session()
+    spec.set_sampling(other, SAMPLED, 3)
+    first = spec.execute([BatchInput(other, tuple(texts[0]), 0)])[0].token
+    pair = [BatchInput(sids[1], (last[sids[1]],), spec.pos(sids[1])),
+            BatchInput(other, (first,), spec.pos(other))]
+    assert spec._speculating(pair) == [] and spec._speculating(pair[:1]) == [0]
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.0, "no", None])
+def test_speculate_sampled_must_be_a_bool_or_a_count(dflash_artifact, value):
+    with pytest.raises(InvalidArgument,
+                       match="speculate_sampled .*expected True, False or an int >= 1"):
         DFlashExecutor.load(dflash_artifact, max_sessions=2, speculate_sampled=value)
