@@ -90,7 +90,8 @@ def main_path_share(artifact: Path, prompts: int, tokens: int, nodes: int) -> di
     """Greedy tree cycles on held-out prompts over the IOBinding backend on the CPU (the
     exported attention under the tree's mask, told it may verify trees: not bit for bit, which
     does not matter for counting): how many cycles' accepted path lies on the tree's main path
-    (the draft then needs no second drain), and tau."""
+    (with only the main path drained behind the verify, as before 2026-12-03's third sitting,
+    the others needed a second drain; now every row is), and tau."""
     import cellspec.runtime.dflash as dflash
     from cellspec.artifact import Manifest
     from cellspec.runtime.device import HostDevice

@@ -379,6 +379,7 @@ class DFlashExecutor(Executor):
         """Drain every row of each owner's verified tree (its cells, which the cache holds in
         row order from the anchor's position, the draft's frontier) keyed at position + depth."""
         if self.draft:
+            assert all(self.draft.cache.pos(r.sid) == r.position for r in requests)
             self._drain_cells([(r.sid, self.cache.cells_of(r.sid)[r.position:][: t.rows])
                                for r, t in zip(requests, trees)],
                               np.concatenate([r.position + t.depths
