@@ -408,7 +408,8 @@ def width_step(executor, sids: list[int], tokens: list[int], width: int, base: i
 def cmd_sampler(args) -> None:
     """The `sample` graph alone on the device, in each form ONNX Runtime can run it: "ort" (its
     own kernels), "cumsum" (its CumSum as cellspec's SequentialCumSum), "sort+cumsum" (its TopK
-    as SortDescending too: what ort-cuda loads with CellAttention). Per form and row count: ms
+    as SortDescending too), "sort+cumsum-until" (the sums as SequentialCumSumUntil, stopped
+    where top_p is reached: what ort-cuda loads with CellAttention). Per form and row count: ms
     per run (inputs bound on the device), and from torch's profiler the kernels' time."""
     import onnx
     import onnxruntime as ort
@@ -418,7 +419,12 @@ def cmd_sampler(args) -> None:
 
     from cellspec.export.sampler import PARAMS, make_sample
     from cellspec.plugins.build import build_library
-    from cellspec.rewrite import SORT_DESCENDING, sampling_for_cuda
+    from cellspec.rewrite import (
+        SEQUENTIAL_CUMSUM,
+        SEQUENTIAL_CUMSUM_UNTIL,
+        SORT_DESCENDING,
+        sampling_for_cuda,
+    )
 
     library = build_library()
     exported = make_sample(args.vocab)
@@ -431,7 +437,14 @@ def cmd_sampler(args) -> None:
         if node.op_type == SORT_DESCENDING:
             node.CopyFrom(helper.make_node("TopK", [node.input[0], "/probe/vocab"],
                                            list(node.output[:2]), name=node.name))
-    forms = {"ort": exported, "cumsum": cumsum, "sort+cumsum": both}
+    whole = onnx.ModelProto()  # every sum of the row (SequentialCumSum, before 2026-12-03)
+    whole.CopyFrom(both)
+    for graph in (cumsum.graph, whole.graph):
+        for node in graph.node:
+            if node.op_type == SEQUENTIAL_CUMSUM_UNTIL:
+                node.op_type = SEQUENTIAL_CUMSUM
+                del node.input[1:]
+    forms = {"ort": exported, "cumsum": cumsum, "sort+cumsum": whole, "sort+cumsum-until": both}
     rng = np.random.default_rng(0)
     results = []
     for rows in (int(r) for r in args.rows.split(",")):
@@ -651,6 +664,10 @@ def cmd_smollm2(args) -> None:
     tokens either way), batch 1 (one prompt at a time) and 8."""
     from cellspec.llm import LLM, SamplingParams
 
+    if args.whole_sums:  # benchmark only: the rewrite finds no top-p rule to stop at
+        import cellspec.rewrite.kernels
+
+        cellspec.rewrite.kernels.top_p_limit = lambda *_: None
     folder = export_real(args)
     prompts = held_out_prompts(args.prompts)
     peer = (json.loads(args.compare_tokens.read_text())["answers"] if args.compare_tokens
@@ -700,7 +717,8 @@ def cmd_smollm2(args) -> None:
                          None), "tree_nodes": getattr(llm.executor, "tree_nodes", None),
                          "chain_steps": chain_steps, "batch": batch,
                          "temperature": args.temperature, "top_p": args.top_p,
-                         "drain": drain, "speculate_sampled": getattr(
+                         "drain": drain, "whole_sums": args.whole_sums,
+                         "speculate_sampled": getattr(
                              llm.executor, "speculate_sampled", None),
                          "prompts": len(prompts), "tokens": tokens,
                          "tokens_per_s": tokens / seconds,
@@ -854,6 +872,10 @@ def main() -> None:
     commands.choices["smollm2"].add_argument(
         "--max-spec-batch", type=int, help="speculate only when at most this many sessions "
         "could (default: the LLM's)")
+    commands.choices["smollm2"].add_argument(
+        "--whole-sums", action="store_true", help="the sampler's sums over every rank of a row "
+        "(SequentialCumSum, before 2026-12-03's third sitting), not stopped where top_p is "
+        "reached: the other side of an A/B in one call")
     commands.choices["smollm2"].add_argument(
         "--speculate-sampled", action="store_true", help="sessions with a temperature "
         "speculate too (the LLM's default on ort-cuda with CellAttention: they do not)")

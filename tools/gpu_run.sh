@@ -5,6 +5,7 @@
 #
 #   bash tools/gpu_run.sh trees      # trees of proposals: GPU tests, real SmolLM2, flips
 #   bash tools/gpu_run.sh trees-sampled # the same greedy and at temperature 0.7, sampled speculating
+#   bash tools/gpu_run.sh until      # the sampler's sums stopped at top_p: op tests, A/B, probe
 #   bash tools/gpu_run.sh train      # DFlash draft for SmolLM2: generate, train, eval, export
 #   bash tools/gpu_run.sh check      # GPU tests, decode steps on shapes A and B, GenAI A and B
 #   bash tools/gpu_run.sh large      # shape C steps, DFlash cycle vs AR step, real SmolLM2
@@ -906,6 +907,29 @@ case "${1:-}" in
     CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py flips --draft "$SHIPPED" \
         --dtype float16 --prompts 200 --tokens 96 --sessions 2 --tree-nodes 15 \
         --out "$OUT/flips-trees" --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -2 | cut -c1-200
+    ;;
+  until)  # the sampler's sums stopped where top_p is reached (SequentialCumSumUntil): its op
+          # and sampler GPU tests; the real SmolLM2 float16 at 0.7 / top_p 0.9 with the LLM's
+          # defaults, whole sums and stopped ones in turn, twice; the sample graph alone in
+          # each form; the speculation GPU tests (greedy and sampled)
+    python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+        tests/gpu/test_cell_attention.py -k "cumsum or sampler or sort" 2>&1 \
+        | tee "$OUT"/gpu_tests_ops.log | tail -2
+    for round in 1 2; do
+      for sums in --whole-sums ""; do
+        CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+            --draft "$SHIPPED" --batches 1,2 --tokens 96 --temperature 0.7 --top-p 0.9 $sums \
+            --out "$OUT/sampled-$round${sums:+-whole}" --work "$WORK" 2>&1 \
+            | grep -v "plugin EP" | grep "^{" \
+            | row_fields speculation whole_sums batch tokens_per_s tau round_ms host_probe_ms
+      done
+    done
+    python3 tools/gpu_bench.py sampler --rows "${ROWS:-1,16,32}" --out "$OUT/sampler" 2>&1 \
+        | grep -v "plugin EP" | cut -c1-160
+    CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+        tests/gpu/test_ort_cuda.py -k "tree_speculation or float16_speculation" 2>&1 \
+        | tee "$OUT"/gpu_tests_spec.log | tail -2
     ;;
   genai-real)  # cellspec against ONNX Runtime GenAI 0.18 on the real SmolLM2, the same weights
                # in float16 (GenAI's builder on an HF folder of the bundled GGUF, made by

@@ -36,6 +36,11 @@
 // one float32 add at a time in index order: the sums of ONNX CumSum on ONNX Runtime's CPU
 // provider and of numpy's cumsum, bit for bit, in time linear in n (the CUDA provider's CumSum
 // sums every output from the start: quadratic, 4.4 ms for the sampler's rows of 49,152).
+// SequentialCumSumUntil (Float only): x [..., n], limit (one float32 per row) -> y, as
+// SequentialCumSum's up to the end of the first 2,048-wide tile whose last exclusive sum
+// y[i] - x[i] reaches the row's limit, +inf past it. The sampler's top-p rule reads no sum past
+// the first rank whose exclusive sum reaches top_p, and its x are sorted descending, so that its
+// exclusive sums never decrease (export/sampler.py): its rows stop after that rank's tile.
 // SortDescending (Float only): x [..., n] -> values, indices [..., n] (float32, int64) and a
 // scratch output: each row ordered by value descending, equal values by lower index first, as
 // TopK with k = n (largest, sorted) orders it on the CPU provider (-0 equal to +0). One stable
@@ -900,9 +905,11 @@ constexpr int kScanThreads = 256;
 constexpr int kScanBatch = 64;  // divides kScanTile
 
 __global__ void sequential_cumsum_kernel(const float* __restrict__ x, int64_t n,
+                                         const float* __restrict__ limit,
                                          float* __restrict__ y) {
   __shared__ __align__(16) float staged[2][kScanTile];
   __shared__ __align__(16) float summed[kScanTile];
+  __shared__ bool stop;
   const float* row_x = x + blockIdx.x * n;
   float* row_y = y + blockIdx.x * n;
   for (int64_t i = threadIdx.x; i < kScanTile && i < n; i += blockDim.x) staged[0][i] = row_x[i];
@@ -930,6 +937,9 @@ __global__ void sequential_cumsum_kernel(const float* __restrict__ x, int64_t n,
         for (int k = 0; k < kScanBatch / 4; ++k) out[i / 4 + k] = v[k];
       }
       for (; i < count; ++i) summed[i] = sum = __fadd_rn(sum, staged[t & 1][i]);
+      // SequentialCumSumUntil: once the tile's last exclusive sum y - x reaches the row's limit,
+      // the rest of the row is +inf
+      stop = limit != nullptr && __fsub_rn(sum, staged[t & 1][count - 1]) >= limit[blockIdx.x];
     } else if (threadIdx.x >= 32) {
       float* next = staged[(t + 1) & 1];
       const int64_t next_base = base + kScanTile;
@@ -938,8 +948,14 @@ __global__ void sequential_cumsum_kernel(const float* __restrict__ x, int64_t n,
         next[i] = row_x[next_base + i];
     }
     __syncthreads();
+    // read between the barriers: thread 0 writes the next tile's after the second
+    const bool stopped = stop;
     for (int i = threadIdx.x; i < count; i += blockDim.x) row_y[base + i] = summed[i];
     __syncthreads();
+    if (stopped) {  // every thread alike
+      for (int64_t i = base + count + threadIdx.x; i < n; i += blockDim.x) row_y[i] = INFINITY;
+      return;
+    }
   }
 }
 
@@ -1494,7 +1510,47 @@ struct SequentialCumSumKernel {
     if (rows * n == 0) return nullptr;
     sequential_cumsum_kernel<<<rows, kScanThreads, 0,
                                static_cast<cudaStream_t>(ctx.GetGPUComputeStream())>>>(
-        ctx.GetInput(0).GetTensorData<float>(), n, out.GetTensorMutableData<float>());
+        ctx.GetInput(0).GetTensorData<float>(), n, nullptr, out.GetTensorMutableData<float>());
+    return launched();
+  }
+};
+
+// SequentialCumSumUntil: x [..., n], limit (one float32 per row) -> y as SequentialCumSum's up
+// to the end of the first tile whose last exclusive sum y[i] - x[i] reaches the row's limit,
+// +inf after it
+struct SequentialCumSumUntilKernel {
+  static constexpr const char* kName = "SequentialCumSumUntil";
+  static constexpr size_t kInputs = 2, kOutputs = 1;
+  static ONNXTensorElementDataType input_type(size_t) {
+    return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  }
+  static ONNXTensorElementDataType output_type(size_t) {
+    return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  }
+
+  explicit SequentialCumSumUntilKernel(const OrtKernelInfo*) {}
+
+  OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
+
+  OrtStatus* Compute(Ort::KernelContext& ctx) {
+    const std::vector<int64_t> shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
+    const std::vector<int64_t> limit =
+        ctx.GetInput(1).GetTensorTypeAndShapeInfo().GetShape();
+    if (shape.empty())
+      return error("SequentialCumSumUntil: x is a scalar, expected an axis to sum");
+    const int64_t n = shape.back();
+    const int64_t rows = leading_rows(shape);
+    int64_t limits = 1;
+    for (int64_t d : limit) limits *= d;
+    if (limits != rows)
+      return error("SequentialCumSumUntil: limit " + shape_text(limit) + " is not one value "
+                   "per row of x " + shape_text(shape));
+    auto out = ctx.GetOutput(0, shape);
+    if (rows * n == 0) return nullptr;
+    sequential_cumsum_kernel<<<rows, kScanThreads, 0,
+                               static_cast<cudaStream_t>(ctx.GetGPUComputeStream())>>>(
+        ctx.GetInput(0).GetTensorData<float>(), n, ctx.GetInput(1).GetTensorData<float>(),
+        out.GetTensorMutableData<float>());
     return launched();
   }
 };
@@ -1606,6 +1662,7 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
   static Op<RowMatMulRotaryKernel<__half>, __half> row_matmul_rotary_half;
   static Op<RowMatMulRotaryKernel<__nv_bfloat16>, __nv_bfloat16> row_matmul_rotary_bfloat16;
   static Op<SequentialCumSumKernel, float> cumsum_float;
+  static Op<SequentialCumSumUntilKernel, float> cumsum_until_float;
   static Op<SortDescendingKernel, float> sort_float;
   static Ort::CustomOpDomain* domain = nullptr;
   try {
@@ -1630,6 +1687,7 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
       domain->Add(&row_matmul_rotary_half);
       domain->Add(&row_matmul_rotary_bfloat16);
       domain->Add(&cumsum_float);
+      domain->Add(&cumsum_until_float);
       domain->Add(&sort_float);
     }
     Ort::UnownedSessionOptions(options).Add(*domain);

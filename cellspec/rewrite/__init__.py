@@ -49,7 +49,10 @@ that the new form makes dead) change, or in `sampling_for_cuda` CumSum and TopK 
 - `sampling_for_cuda`: the sampler and verifier graphs' full sort and cumulative sums on
   cellspec's ops. Each float32 CumSum along the last axis becomes `SequentialCumSumFloat`: the
   same float32 sums, one add at a time in index order, in time linear in the axis where the CUDA
-  provider's CumSum is quadratic (each output summed from the start). Each float32 TopK of a
+  provider's CumSum is quadratic (each output summed from the start); where the sums are read
+  only by the sampler's top-p rule, `SequentialCumSumUntilFloat(x, top_p)`, which stops a row
+  after the 2,048-wide tile where the exclusive sum reaches top_p and writes +inf past it (the
+  rule reads no sum there). Each float32 TopK of a
   whole last axis (largest, sorted) becomes `SortDescendingFloat`: the same order, every row in
   one stable radix sort where the CUDA provider sorts one row at a time.
 """
@@ -70,13 +73,15 @@ from cellspec.rewrite.graph import CELL_OPS, CELLSPEC_DOMAIN, CONTRIB
 from cellspec.rewrite.kernels import (
     ROW_MATMUL,
     SEQUENTIAL_CUMSUM,
+    SEQUENTIAL_CUMSUM_UNTIL,
     SORT_DESCENDING,
     projections_for_cuda,
     sampling_for_cuda,
 )
 
 __all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "CELLSPEC_DOMAIN", "CELL_OPS", "CONTRIB", "HOST_INPUTS",
-           "MAX_CELL_HEAD_DIM", "NEW_COLUMNS", "ROW_MATMUL", "SEQUENTIAL_CUMSUM", "SORT_DESCENDING",
+           "MAX_CELL_HEAD_DIM", "NEW_COLUMNS", "ROW_MATMUL", "SEQUENTIAL_CUMSUM",
+           "SEQUENTIAL_CUMSUM_UNTIL", "SORT_DESCENDING",
            "attention_by_position", "attention_for_cuda", "by_position_feeds",
            "cell_attention_for_cuda", "decompose_attention", "grouped_feeds",
            "projections_for_cuda", "sampling_for_cuda"]

@@ -16,6 +16,7 @@ from cellspec.rewrite.graph import (
 )
 
 SEQUENTIAL_CUMSUM = "SequentialCumSumFloat"
+SEQUENTIAL_CUMSUM_UNTIL = "SequentialCumSumUntilFloat"
 SORT_DESCENDING = "SortDescendingFloat"
 ROW_MATMUL = "RowMatMul"  # + TYPE_SUFFIX
 
@@ -24,7 +25,8 @@ def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with each float32 CumSum along its input's last axis, neither exclusive nor
     reversed, as cellspec's SequentialCumSumFloat, and each float32 TopK of its input's whole
     last axis, largest first and sorted, as SortDescendingFloat (the package doc); other CumSums and
-    TopKs stay."""
+    TopKs stay. A CumSum y of x read only as the sampler's top-p rule reads it (`top_p_limit`)
+    becomes SequentialCumSumUntilFloat(x, top_p): its rows stop where the rule stops reading."""
     inferred = onnx.shape_inference.infer_shapes(model)
     types = {v.name: v.type.tensor_type for v in (*inferred.graph.value_info,
                                                   *inferred.graph.input)}
@@ -32,6 +34,11 @@ def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     result = onnx.ModelProto()
     result.CopyFrom(model)
     changed = False
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in result.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in result.graph.output}
     for node in result.graph.node:
         tensor = types.get(node.input[0]) if node.op_type in ("CumSum", "TopK") else None
         if tensor is None or tensor.elem_type != TensorProto.FLOAT \
@@ -44,6 +51,14 @@ def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
                     or attrs.get("reverse"):
                 continue
             node.op_type = SEQUENTIAL_CUMSUM
+            limit = top_p_limit(node, readers, outputs)
+            if limit is not None:
+                node.op_type = SEQUENTIAL_CUMSUM_UNTIL
+                node.input[1] = limit
+                node.domain = CELLSPEC_DOMAIN
+                del node.attribute[:]
+                changed = True
+                continue
         else:
             whole = dims[-1].HasField("dim_value") and \
                 constant_values(node.input[1], initializers) == [dims[-1].dim_value]
@@ -59,6 +74,35 @@ def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     if changed:
         import_domain(result, CELLSPEC_DOMAIN)
     return result
+
+
+def top_p_limit(node: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]],
+                outputs: set[str]) -> str | None:
+    """The top_p of a CumSum y = cumsum(x) that is read as export/sampler.py's top-p rule reads
+    it, else None. The rule: keep = (y - x < top_p or rank 0) and ...; the kept mass is y at the
+    last kept rank; a draw is the first kept rank with y > threshold. Every read of y is a Sub
+    y - x whose one reader is Less(y - x, top_p), a GatherElements, or Greater(y, ...) ANDed
+    with a keep; no read of y past the first rank whose y - x reaches top_p changes the graph's
+    output (x sorted descending makes y - x never decrease: _emit_inverse_cdf), so those sums
+    may be anything there (SequentialCumSumUntil writes +inf)."""
+    y, x = node.output[0], node.input[0]
+    if y in outputs:
+        return None
+    limit = None
+    for reader in readers.get(y, []):
+        if reader.op_type == "Sub" and list(reader.input) == [y, x]:
+            less = readers.get(reader.output[0], [])
+            if len(less) != 1 or less[0].op_type != "Less" or less[0].input[0] != reader.output[0]:
+                return None
+            limit = less[0].input[1]
+        elif reader.op_type == "GatherElements" and reader.input[0] == y:
+            continue
+        elif reader.op_type == "Greater" and reader.input[0] == y and all(
+                r.op_type == "And" for r in readers.get(reader.output[0], [])):
+            continue
+        else:
+            return None
+    return limit
 
 
 def projections_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = HALF

@@ -256,6 +256,32 @@ def test_sequential_cumsum_is_numpys_bit_for_bit(cell_library, shape):
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def test_sequential_cumsum_until_stops_after_the_tile_where_the_limit_is_reached(cell_library):
+    """SequentialCumSumUntil sums as SequentialCumSum does up to the end of the first 2,048-wide
+    tile whose last exclusive sum (y - x) reaches the row's limit, and writes +inf past it:
+    sorted probabilities with limits reached in the first tile, a later one, at the row's end
+    and never (1.0, 2.0), and a limit of 0 (reached at once)."""
+    rng = np.random.default_rng(5)
+    rows, n, tile = 6, 49152, 2048
+    alpha = np.array([0.05, 0.05, 2.0, 2.0, 0.05, 0.05])[:, None]
+    x = np.sort(rng.gamma(alpha, size=(rows, n)), axis=-1)[:, ::-1]
+    x = (x / x.sum(-1, keepdims=True)).astype(np.float32)
+    limit = np.array([[0.5], [0.9], [0.9], [1.0], [2.0], [0.0]], np.float32)
+    (got,) = run_node(cell_library, "SequentialCumSumUntil", {"x": x, "limit": limit}, ["y"])
+    sums = np.cumsum(x, axis=-1, dtype=np.float32)
+    exclusive = sums - x
+    want = sums.copy()
+    for r in range(rows):
+        ends = np.arange(tile - 1, n + tile - 1, tile).clip(max=n - 1)
+        reached = [e for e in ends if exclusive[r, e] >= limit[r, 0]]
+        if reached:
+            want[r, reached[0] + 1:] = np.inf
+    stopped = np.isinf(want).any(-1)
+    assert stopped.tolist() == [True, True, True, False, False, True]  # the cases above
+    assert np.isinf(want[2]).sum() < n - tile  # a row stopped after a later tile
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_sort_descending_is_topks_order(cell_library):
     """SortDescending orders each row as ONNX Runtime's CPU TopK of the whole row does: by value
     descending, equal values (-0 and +0 among them) by lower index."""
@@ -284,20 +310,20 @@ def test_sort_descending_is_topks_order(cell_library):
 
 def test_device_sampler_draws_what_the_host_does(cell_library, tmp_path):
     """The sample graph on the CUDA provider with its sort and sums as SortDescending and
-    SequentialCumSum (what ort-cuda loads with CellAttention) draws the host rule's tokens over
+    SequentialCumSumUntil (what ort-cuda loads with CellAttention) draws the host rule's tokens over
     SmolLM2's vocabulary, at every mix of temperature, top_p and top_k; rows whose host draw
     moves within 1e-4 of u or top_p (float32 boundaries) are skipped, and must be rare."""
     from cellspec.export.sampler import GRAPH_FILES, PARAMS, write_sampler_graphs
     from cellspec.runtime.device_sessions import load_session
     from tests.export.test_sampler_graphs import host_sample, is_stable
 
-    vocab, rows = 49152, 24
+    vocab, rows = 49152, 36
     write_sampler_graphs(tmp_path, vocab)
     session = load_session(tmp_path / GRAPH_FILES["sample"], ["CUDAExecutionProvider"], "cell")
     rng = np.random.default_rng(8)
     logits = (rng.standard_normal((rows, vocab)) * rng.uniform(1, 6, (rows, 1))).astype(
         np.float32)
-    settings = [(t, p, k) for t in (0.0, 0.7, 1.3) for p in (1.0, 0.9) for k in (0, 40)]
+    settings = [(t, p, k) for t in (0.0, 0.7, 1.3) for p in (1.0, 0.9, 0.5) for k in (0, 40)]
     params = np.array([[*settings[i % len(settings)], rng.uniform()] for i in range(rows)],
                       np.float32)
     got = session.run(None, {"logits": logits, PARAMS: params})[0]

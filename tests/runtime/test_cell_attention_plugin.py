@@ -185,6 +185,25 @@ def expand(model: onnx.ModelProto) -> onnx.ModelProto:
                                node.output[0], n)
         elif node.op_type.startswith("CellAttention"):
             nodes += attention(*node.input[:7], node.output[0], n)
+        elif node.op_type.startswith("SequentialCumSumUntil"):
+            # the op's sums may be +inf anywhere past the first rank whose exclusive sum reaches
+            # the limit (after its tile, on the device): here every one is, the most the
+            # graph reading them must withstand
+            x, limit = node.input
+            consts.append(numpy_helper.from_array(np.array(np.inf, np.float32), f"{n}/inf"))
+            nodes += [helper.make_node("CumSum", [x, const(-1, f"{n}/axis")], [f"{n}/sums"]),
+                      helper.make_node("Sub", [f"{n}/sums", x], [f"{n}/exclusive"]),
+                      helper.make_node("GreaterOrEqual", [f"{n}/exclusive", limit],
+                                       [f"{n}/reached"]),
+                      helper.make_node("Cast", [f"{n}/reached"], [f"{n}/reached_f"],
+                                       to=onnx.TensorProto.FLOAT),
+                      helper.make_node("CumSum", [f"{n}/reached_f", const(-1, f"{n}/axis2")],
+                                       [f"{n}/before"], exclusive=1),
+                      helper.make_node("Greater", [f"{n}/before",
+                                                   f"{n}/zero_f"], [f"{n}/past"]),
+                      helper.make_node("Where", [f"{n}/past", f"{n}/inf", f"{n}/sums"],
+                                       list(node.output))]
+            consts.append(numpy_helper.from_array(np.array(0.0, np.float32), f"{n}/zero_f"))
         elif node.op_type.startswith("SequentialCumSum"):
             nodes.append(helper.make_node("CumSum", [node.input[0], const(-1, f"{n}/axis")],
                                           list(node.output)))
@@ -502,43 +521,54 @@ def test_cell_attention_without_its_library_is_refused_with_the_reason(plugin_en
 
 
 def test_sampler_sorts_and_sums_become_cellspec_ops(tmp_path):
-    """The sample and verify graphs' full TopK becomes one SortDescendingFloat and their CumSum
-    one SequentialCumSumFloat, reading the same input and writing the same outputs (the sort a
-    scratch output more); nothing else changes, and with the ops expanded back to their
-    definitions the graph draws what the exported one does."""
+    """The sample and verify graphs' full TopK becomes one SortDescendingFloat and their CumSum,
+    read only by the top-p rule, one SequentialCumSumUntilFloat of the same input and the row's
+    top_p, writing the same outputs (the sort a scratch output more); nothing else changes, and
+    with the ops expanded back to their definitions (every sum past the first rank whose
+    exclusive sum reaches top_p +inf) the graphs draw what the exported ones do."""
     import onnxruntime as ort
 
-    from cellspec.export.sampler import GRAPH_FILES, PARAMS, write_sampler_graphs
-    from cellspec.rewrite import SEQUENTIAL_CUMSUM, SORT_DESCENDING, sampling_for_cuda
+    from cellspec.export.sampler import CANDIDATES, GRAPH_FILES, PARAMS, write_sampler_graphs
+    from cellspec.rewrite import SEQUENTIAL_CUMSUM_UNTIL, SORT_DESCENDING, sampling_for_cuda
 
     vocab = 64
     write_sampler_graphs(tmp_path, vocab)
     model = onnx.load(str(tmp_path / GRAPH_FILES["sample"]))
     rewritten = sampling_for_cuda(model)
-    ops = {"CumSum": SEQUENTIAL_CUMSUM, "TopK": SORT_DESCENDING}
+    ops = {"CumSum": SEQUENTIAL_CUMSUM_UNTIL, "TopK": SORT_DESCENDING}
     before = [n for n in model.graph.node if n.op_type in ops]
     after = [n for n in rewritten.graph.node if n.domain == CELLSPEC_DOMAIN]
     assert sorted(n.op_type for n in before) == ["CumSum", "TopK"]
     assert [(n.op_type, list(n.input), list(n.output), len(n.attribute)) for n in after] == [
-        (ops[n.op_type], [n.input[0]],
+        (ops[n.op_type], [n.input[0]] + ["/params/top_p_output_0"] * (n.op_type == "CumSum"),
          list(n.output) + [f"{n.name}/scratch"] * (n.op_type == "TopK"), 0) for n in before]
     untouched = [n for n in rewritten.graph.node if n.domain != CELLSPEC_DOMAIN]
     assert untouched == [n for n in model.graph.node if n.op_type not in ops]
-    verify = sampling_for_cuda(onnx.load(str(tmp_path / GRAPH_FILES["verify"])))
+    verify_model = onnx.load(str(tmp_path / GRAPH_FILES["verify"]))
+    verify = sampling_for_cuda(verify_model)
     assert sorted(n.op_type for n in verify.graph.node if n.domain == CELLSPEC_DOMAIN) == [
-        SEQUENTIAL_CUMSUM, SORT_DESCENDING]
+        SEQUENTIAL_CUMSUM_UNTIL, SORT_DESCENDING]
 
     expanded = expand(rewritten)
     assert not any(n.domain == CELLSPEC_DOMAIN for n in expanded.graph.node)
     rng = np.random.default_rng(3)
-    logits = (rng.standard_normal((6, vocab)) * 3).astype(np.float32)
+    logits = (rng.standard_normal((12, vocab)) * 3).astype(np.float32)
     logits[:, ::5] = logits[:, :1]  # ties, ordered by id
+    uniforms = (0.1, 0.3, 0.5, 0.7, 0.9, 0.99) * 2
     feeds = {"logits": logits,
-             PARAMS: np.array([[0.7, 1.0, 0, u] for u in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99)],
-                              np.float32)}
-    feeds[PARAMS][3:, 1] = 0.8
+             PARAMS: np.array([[0.7, 1.0, 0, u] for u in uniforms], np.float32)}
+    feeds[PARAMS][3:, 1] = [0.8, 0.5, 0.2, 0.05, 0.0, 0.95, 0.9, 0.6, 0.3]  # top_p
+    feeds[PARAMS][8:, 2] = [3, 1, 40, 64]  # top_k
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     got = ort.InferenceSession(expanded.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, want)
+    # the verify graph too: 4 owners of 3 rows, each owner's top_p and top_k
+    owners = logits.reshape(4, 3, vocab)
+    params = np.concatenate([feeds[PARAMS][::3, :3], feeds[PARAMS][:, 3].reshape(4, 3)], 1)
+    candidates = rng.integers(0, vocab, (4, 3))
+    feeds = {"logits": owners, CANDIDATES: candidates, PARAMS: params}
+    want = ort.InferenceSession(verify_model.SerializeToString()).run(None, feeds)[0]
+    got = ort.InferenceSession(expand(verify).SerializeToString()).run(None, feeds)[0]
     np.testing.assert_array_equal(got, want)
 
 
