@@ -910,13 +910,13 @@ case "${1:-}" in
     ;;
   until)  # the sampler's sums stopped where top_p is reached (SequentialCumSumUntil): its op
           # and sampler GPU tests; the real SmolLM2 float16 at 0.7 / top_p 0.9 with the LLM's
-          # defaults, whole sums and stopped ones in turn, twice; the sample graph alone in
+          # defaults, whole sums and stopped ones in turn, ROUNDS (2) times; the sample graph alone in
           # each form; the speculation GPU tests (greedy and sampled)
     python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
     CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
         tests/gpu/test_cell_attention.py -k "cumsum or sampler or sort" 2>&1 \
         | tee "$OUT"/gpu_tests_ops.log | tail -2
-    for round in 1 2; do
+    for round in $(seq "${ROUNDS:-2}"); do
       for sums in --whole-sums ""; do
         CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
             --draft "$SHIPPED" --batches 1,2 --tokens 96 --temperature 0.7 --top-p 0.9 $sums \
