@@ -1486,10 +1486,14 @@ struct RowMatMulRotaryKernel {
   }
 };
 
-// SequentialCumSum: x [..., n] float32 -> its sums along the last axis, one add at a time
+// SequentialCumSum: x [..., n] float32 -> its sums along the last axis, one add at a time.
+// SequentialCumSumUntil (kUntil): x [..., n], limit (one float32 per row) -> y as
+// SequentialCumSum's up to the end of the first tile whose last exclusive sum y[i] - x[i]
+// reaches the row's limit, +inf after it
+template <bool kUntil>
 struct SequentialCumSumKernel {
-  static constexpr const char* kName = "SequentialCumSum";
-  static constexpr size_t kInputs = 1, kOutputs = 1;
+  static constexpr const char* kName = kUntil ? "SequentialCumSumUntil" : "SequentialCumSum";
+  static constexpr size_t kInputs = kUntil ? 2 : 1, kOutputs = 1;
   static ONNXTensorElementDataType input_type(size_t) {
     return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
   }
@@ -1503,54 +1507,26 @@ struct SequentialCumSumKernel {
 
   OrtStatus* Compute(Ort::KernelContext& ctx) {
     const std::vector<int64_t> shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
-    if (shape.empty()) return error("SequentialCumSum: x is a scalar, expected an axis to sum");
-    auto out = ctx.GetOutput(0, shape);
-    const int64_t n = shape.back();
-    const int64_t rows = leading_rows(shape);
-    if (rows * n == 0) return nullptr;
-    sequential_cumsum_kernel<<<rows, kScanThreads, 0,
-                               static_cast<cudaStream_t>(ctx.GetGPUComputeStream())>>>(
-        ctx.GetInput(0).GetTensorData<float>(), n, nullptr, out.GetTensorMutableData<float>());
-    return launched();
-  }
-};
-
-// SequentialCumSumUntil: x [..., n], limit (one float32 per row) -> y as SequentialCumSum's up
-// to the end of the first tile whose last exclusive sum y[i] - x[i] reaches the row's limit,
-// +inf after it
-struct SequentialCumSumUntilKernel {
-  static constexpr const char* kName = "SequentialCumSumUntil";
-  static constexpr size_t kInputs = 2, kOutputs = 1;
-  static ONNXTensorElementDataType input_type(size_t) {
-    return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-  }
-  static ONNXTensorElementDataType output_type(size_t) {
-    return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-  }
-
-  explicit SequentialCumSumUntilKernel(const OrtKernelInfo*) {}
-
-  OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
-
-  OrtStatus* Compute(Ort::KernelContext& ctx) {
-    const std::vector<int64_t> shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
-    const std::vector<int64_t> limit =
-        ctx.GetInput(1).GetTensorTypeAndShapeInfo().GetShape();
     if (shape.empty())
-      return error("SequentialCumSumUntil: x is a scalar, expected an axis to sum");
+      return error(std::string(kName) + ": x is a scalar, expected an axis to sum");
     const int64_t n = shape.back();
     const int64_t rows = leading_rows(shape);
-    int64_t limits = 1;
-    for (int64_t d : limit) limits *= d;
-    if (limits != rows)
-      return error("SequentialCumSumUntil: limit " + shape_text(limit) + " is not one value "
-                   "per row of x " + shape_text(shape));
+    const float* limit = nullptr;
+    if (kUntil) {
+      const std::vector<int64_t> limits =
+          ctx.GetInput(1).GetTensorTypeAndShapeInfo().GetShape();
+      int64_t count = 1;
+      for (int64_t d : limits) count *= d;
+      if (count != rows)
+        return error(std::string(kName) + ": limit " + shape_text(limits) +
+                     " is not one value per row of x " + shape_text(shape));
+      limit = ctx.GetInput(1).GetTensorData<float>();
+    }
     auto out = ctx.GetOutput(0, shape);
     if (rows * n == 0) return nullptr;
     sequential_cumsum_kernel<<<rows, kScanThreads, 0,
                                static_cast<cudaStream_t>(ctx.GetGPUComputeStream())>>>(
-        ctx.GetInput(0).GetTensorData<float>(), n, ctx.GetInput(1).GetTensorData<float>(),
-        out.GetTensorMutableData<float>());
+        ctx.GetInput(0).GetTensorData<float>(), n, limit, out.GetTensorMutableData<float>());
     return launched();
   }
 };
@@ -1661,8 +1637,8 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
   static Op<RowMatMulKernel<__nv_bfloat16, true>, __nv_bfloat16> row_matmul_swiglu_bfloat16;
   static Op<RowMatMulRotaryKernel<__half>, __half> row_matmul_rotary_half;
   static Op<RowMatMulRotaryKernel<__nv_bfloat16>, __nv_bfloat16> row_matmul_rotary_bfloat16;
-  static Op<SequentialCumSumKernel, float> cumsum_float;
-  static Op<SequentialCumSumUntilKernel, float> cumsum_until_float;
+  static Op<SequentialCumSumKernel<false>, float> cumsum_float;
+  static Op<SequentialCumSumKernel<true>, float> cumsum_until_float;
   static Op<SortDescendingKernel, float> sort_float;
   static Ort::CustomOpDomain* domain = nullptr;
   try {
