@@ -5,6 +5,7 @@ binding, drawing, the cache's bookkeeping). On the H200 this work is hidden behi
 in plain decode chains, but not in a DFlash cycle, whose host waits for the verify's tokens.
 
     python tools/bench_host.py ARTIFACT [--n-draft 7] [--cycles 200] [--rounds 7] [--sessions 1]
+        [--tree-nodes 15] [--profile]
 
 ARTIFACT: an export with a draft (`cellspec export GGUF DIR --draft ...`). Prints ms per DFlash
 round and per plain step of `--sessions` sessions at once (best and median of the rounds), the
@@ -37,12 +38,16 @@ from cellspec.runtime.ort_device import OrtDeviceBackend, device_limits, device_
 from cellspec.runtime.types import BatchInput, Sampling  # noqa: E402
 
 
-def host_executor(folder: Path, n_draft: int) -> DFlashExecutor:
+def host_executor(folder: Path, n_draft: int, tree_nodes: int | None = None) -> DFlashExecutor:
     manifest = Manifest.load(folder)
     backend = OrtDeviceBackend("ort-host", HostDevice(), ["CPUExecutionProvider"],
                                device_limits(manifest, 8), device_policy(manifest),
-                               folder / manifest.graphs["sample"], "decomposed")
-    return DFlashExecutor.load(folder, backend=backend, max_sessions=8, n_draft=n_draft)
+                               folder / manifest.graphs["sample"],
+                               "as-exported" if tree_nodes else "decomposed")
+    if tree_nodes:  # CellAttention's host side: the runs are no-ops, so any attention will do
+        backend.exact_trees = True
+    return DFlashExecutor.load(folder, backend=backend, max_sessions=8, n_draft=n_draft,
+                               tree_nodes=tree_nodes)
 
 
 def without_device(executor: DFlashExecutor) -> None:
@@ -105,11 +110,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--sessions", type=int, default=1,
                         help="sessions in every call (at most 8), each with its own prompt")
+    parser.add_argument("--tree-nodes", type=int, default=None,
+                        help="trees of this many proposals instead of chains (the host's side "
+                        "of ort-cuda with CellAttention)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     if not 1 <= args.sessions <= 8:
         parser.error("--sessions must be in [1, 8]")
-    executor = host_executor(args.artifact, args.n_draft)
+    executor = host_executor(args.artifact, args.n_draft, args.tree_nodes)
     executor.max_spec_batch = None  # every session speculates
     rng = np.random.default_rng(0)
     tokens = {}
@@ -134,6 +142,7 @@ def main() -> None:
         time_calls(executor, tokens, args.cycles, 1, True)
         profile.disable()
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
 
 
 if __name__ == "__main__":

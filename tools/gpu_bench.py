@@ -668,6 +668,10 @@ def cmd_smollm2(args) -> None:
         import cellspec.rewrite.kernels
 
         cellspec.rewrite.kernels.top_p_limit = lambda *_: None
+    if args.unfused_top:  # benchmark only: draft_block's LogSoftmax and TopK stay as exported
+        import cellspec.rewrite
+
+        cellspec.rewrite.top_choices_for_cuda = lambda model: model
     folder = export_real(args)
     prompts = held_out_prompts(args.prompts)
     peer = (json.loads(args.compare_tokens.read_text())["answers"] if args.compare_tokens
@@ -718,6 +722,7 @@ def cmd_smollm2(args) -> None:
                          "chain_steps": chain_steps, "batch": batch,
                          "temperature": args.temperature, "top_p": args.top_p,
                          "drain": drain, "whole_sums": args.whole_sums,
+                         "unfused_top": args.unfused_top,
                          "speculate_sampled": getattr(
                              llm.executor, "speculate_sampled", None),
                          "prompts": len(prompts), "tokens": tokens,
@@ -876,6 +881,10 @@ def main() -> None:
         "--whole-sums", action="store_true", help="the sampler's sums over every rank of a row "
         "(SequentialCumSum, before 2026-12-03's third sitting), not stopped where top_p is "
         "reached: the other side of an A/B in one call")
+    commands.choices["smollm2"].add_argument(
+        "--unfused-top", action="store_true", help="draft_block's tree choices by the CUDA "
+        "provider's LogSoftmax and TopK, as before TopLogSoftmax (2026-12-03, fifth sitting): "
+        "the other side of an A/B in one call")
     commands.choices["smollm2"].add_argument(
         "--speculate-sampled", action="store_true", help="sessions with a temperature "
         "speculate too (the LLM's default on ort-cuda with CellAttention: they do not)")

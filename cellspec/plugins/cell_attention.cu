@@ -46,6 +46,15 @@
 // TopK with k = n (largest, sorted) orders it on the CPU provider (-0 equal to +0). One stable
 // radix sort of every row at once (the CUDA provider's TopK sorts a full row one row at a time,
 // and puts -0 after +0).
+// TopLogSoftmax (Float only): x [..., n] -> values [..., k] float32, indices [..., k] int64: the k
+// largest of each row, ordered as TopK (largest, sorted) orders them on the CPU provider (equal
+// values by lower index, -0 equal to +0), each as its log-softmax over the row, (x - max) - log(sum
+// of exp(x - max)), the formula of ONNX Runtime's LogSoftmax; attr k in 1..8, at most n. One block a
+// row, where LogSoftmax then TopK took several kernels (about 0.1 ms for a draft block's 16 rows on
+// the H200). The values may differ from LogSoftmax's in the last bits (another summation order);
+// the indices are exactly TopK(x)'s, which are TopK(LogSoftmax(x))'s unless two values of the k
+// round to the same log-probability (then TopK of those breaks the tie by index). NaN is never
+// chosen.
 //
 // Query head h reads kv head h / (H / KV). Scores, softmax and the weighted sum are float32.
 //
@@ -67,6 +76,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -985,6 +995,87 @@ __global__ void sorted_rows_kernel(const float* __restrict__ x, const int32_t* _
   }
 }
 
+// TopLogSoftmax: a block a row. Each thread keeps the best kMaxTop of its columns (value
+// descending, index ascending: its columns come in ascending order, so an equal value never
+// displaces one it holds); then k rounds pick the block's best head of list, whose thread drops
+// it. The sum of exp(x - max) is reduced in a fixed order (lanes, then warps), so a row's values
+// do not depend on the rows beside it.
+constexpr int kTopThreads = 256;
+constexpr int kMaxTop = 8;
+
+__device__ __forceinline__ bool top_before(float a, int a_index, float b, int b_index) {
+  return a > b || (a == b && a_index < b_index);  // NaN is never before anything
+}
+
+__global__ void __launch_bounds__(kTopThreads) top_log_softmax_kernel(
+    const float* __restrict__ x, int n, int k, float* __restrict__ values,
+    int64_t* __restrict__ indices) {
+  __shared__ float best_value[kTopThreads / 32];
+  __shared__ int best_index[kTopThreads / 32];
+  __shared__ float total[kTopThreads / 32];
+  __shared__ float chosen_value[kMaxTop];
+  __shared__ int chosen_index[kMaxTop];
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float held[kMaxTop];
+  int held_index[kMaxTop];
+#pragma unroll
+  for (int j = 0; j < kMaxTop; ++j) held[j] = -INFINITY, held_index[j] = INT_MAX;
+  for (int i = threadIdx.x; i < n; i += kTopThreads) {
+    float v = row[i];
+    int index = i;
+#pragma unroll
+    for (int j = 0; j < kMaxTop; ++j) {  // insertion: the displaced entry moves down
+      if (j < k && top_before(v, index, held[j], held_index[j])) {
+        const float tv = held[j];
+        const int ti = held_index[j];
+        held[j] = v, held_index[j] = index;
+        v = tv, index = ti;
+      }
+    }
+  }
+  for (int r = 0; r < k; ++r) {
+    float v = held[0];
+    int index = held_index[0];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float ov = __shfl_down_sync(0xffffffffu, v, offset);
+      const int oi = __shfl_down_sync(0xffffffffu, index, offset);
+      if (top_before(ov, oi, v, index)) v = ov, index = oi;
+    }
+    if (lane == 0) best_value[warp] = v, best_index[warp] = index;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kTopThreads / 32; ++w)
+        if (top_before(best_value[w], best_index[w], v, index)) v = best_value[w], index = best_index[w];
+      chosen_value[r] = v, chosen_index[r] = index;
+    }
+    __syncthreads();
+    if (held_index[0] == chosen_index[r] && chosen_index[r] != INT_MAX) {  // its owner drops it
+#pragma unroll
+      for (int j = 0; j + 1 < kMaxTop; ++j) held[j] = held[j + 1], held_index[j] = held_index[j + 1];
+      held[kMaxTop - 1] = -INFINITY, held_index[kMaxTop - 1] = INT_MAX;
+    }
+  }
+  // the row's max is its first choice (in a row with fewer than k numbers, the missing choices
+  // are -inf at index -1; without a number, the values are NaN, as LogSoftmax's)
+  const float max = chosen_value[0];
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < n; i += kTopThreads) sum += expf(row[i] - max);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (lane == 0) total[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x < k) {
+    float all = 0.f;
+    for (int w = 0; w < kTopThreads / 32; ++w) all += total[w];
+    const int64_t out = static_cast<int64_t>(blockIdx.x) * k + threadIdx.x;
+    const int index = chosen_index[threadIdx.x];
+    values[out] = (chosen_value[threadIdx.x] - max) - logf(all);
+    indices[out] = index == INT_MAX ? -1 : index;
+  }
+}
+
 template <typename T>
 struct CudaType;
 template <>
@@ -1593,6 +1684,48 @@ struct SortDescendingKernel {
   }
 };
 
+// TopLogSoftmax: x [..., n] float32 -> values [..., k] (log-softmax), indices [..., k] int64
+struct TopLogSoftmaxKernel {
+  static constexpr const char* kName = "TopLogSoftmax";
+  static constexpr size_t kInputs = 1, kOutputs = 2;
+  static ONNXTensorElementDataType input_type(size_t) {
+    return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  }
+  static ONNXTensorElementDataType output_type(size_t i) {
+    return i == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+  }
+
+  int64_t k;
+
+  explicit TopLogSoftmaxKernel(const OrtKernelInfo* info) {
+    k = Ort::ConstKernelInfo(info).GetAttribute<int64_t>("k");
+  }
+
+  OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
+
+  OrtStatus* Compute(Ort::KernelContext& ctx) {
+    const std::vector<int64_t> shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
+    if (shape.empty()) return error("TopLogSoftmax: x is a scalar, expected an axis to choose from");
+    const int64_t n = shape.back();
+    const int64_t rows = leading_rows(shape);
+    if (k < 1 || k > kMaxTop || k > n)
+      return error("TopLogSoftmax: k " + std::to_string(k) + " for x " + shape_text(shape) +
+                   ": expected 1.." + std::to_string(kMaxTop) + " and at most the last axis");
+    if (n >= INT_MAX || rows > INT32_MAX)
+      return error("TopLogSoftmax: x " + shape_text(shape) + " is too large");
+    std::vector<int64_t> out_shape = shape;
+    out_shape.back() = k;
+    auto values = ctx.GetOutput(0, out_shape);
+    auto indices = ctx.GetOutput(1, out_shape);
+    if (rows == 0) return nullptr;
+    top_log_softmax_kernel<<<static_cast<unsigned>(rows), kTopThreads, 0,
+                             static_cast<cudaStream_t>(ctx.GetGPUComputeStream())>>>(
+        ctx.GetInput(0).GetTensorData<float>(), static_cast<int>(n), static_cast<int>(k),
+        values.GetTensorMutableData<float>(), indices.GetTensorMutableData<int64_t>());
+    return launched();
+  }
+};
+
 // a kernel class as an ONNX Runtime custom op named kName + the type's suffix
 template <typename K, typename T>
 struct Op : Ort::CustomOpBase<Op<K, T>, K, true> {
@@ -1640,6 +1773,7 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
   static Op<SequentialCumSumKernel<false>, float> cumsum_float;
   static Op<SequentialCumSumKernel<true>, float> cumsum_until_float;
   static Op<SortDescendingKernel, float> sort_float;
+  static Op<TopLogSoftmaxKernel, float> top_log_softmax_float;
   static Ort::CustomOpDomain* domain = nullptr;
   try {
     if (domain == nullptr) {
@@ -1665,6 +1799,7 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
       domain->Add(&cumsum_float);
       domain->Add(&cumsum_until_float);
       domain->Add(&sort_float);
+      domain->Add(&top_log_softmax_float);
     }
     Ort::UnownedSessionOptions(options).Add(*domain);
   } catch (const Ort::Exception& e) {

@@ -55,6 +55,10 @@ that the new form makes dead) change, or in `sampling_for_cuda` CumSum and TopK 
   rule reads no sum there). Each float32 TopK of a
   whole last axis (largest, sorted) becomes `SortDescendingFloat`: the same order, every row in
   one stable radix sort where the CUDA provider sorts one row at a time.
+- `top_choices_for_cuda`: draft_block's tree choices, a TopK (k at most 8) of a float32
+  LogSoftmax along the last axis, as one `TopLogSoftmaxFloat`: a block a row finds the row's k
+  largest (TopK's order and ties) and their log-softmax, where the CUDA provider took several
+  kernels for the LogSoftmax and the TopK (about 0.1 ms of a draft block on the H200).
 """
 
 from cellspec.rewrite.attention import (
@@ -75,13 +79,15 @@ from cellspec.rewrite.kernels import (
     SEQUENTIAL_CUMSUM,
     SEQUENTIAL_CUMSUM_UNTIL,
     SORT_DESCENDING,
+    TOP_LOG_SOFTMAX,
     projections_for_cuda,
     sampling_for_cuda,
+    top_choices_for_cuda,
 )
 
 __all__ = ["ATTN_SEQLENS", "ATTN_TOTAL", "CELLSPEC_DOMAIN", "CELL_OPS", "CONTRIB", "HOST_INPUTS",
            "MAX_CELL_HEAD_DIM", "NEW_COLUMNS", "ROW_MATMUL", "SEQUENTIAL_CUMSUM",
-           "SEQUENTIAL_CUMSUM_UNTIL", "SORT_DESCENDING",
+           "SEQUENTIAL_CUMSUM_UNTIL", "SORT_DESCENDING", "TOP_LOG_SOFTMAX",
            "attention_by_position", "attention_for_cuda", "by_position_feeds",
            "cell_attention_for_cuda", "decompose_attention", "grouped_feeds",
-           "projections_for_cuda", "sampling_for_cuda"]
+           "projections_for_cuda", "sampling_for_cuda", "top_choices_for_cuda"]

@@ -18,6 +18,8 @@ from cellspec.rewrite.graph import (
 SEQUENTIAL_CUMSUM = "SequentialCumSumFloat"
 SEQUENTIAL_CUMSUM_UNTIL = "SequentialCumSumUntilFloat"
 SORT_DESCENDING = "SortDescendingFloat"
+TOP_LOG_SOFTMAX = "TopLogSoftmaxFloat"
+MAX_TOP_K = 8  # the most choices a row TopLogSoftmax takes (cell_attention.cu: kMaxTop)
 ROW_MATMUL = "RowMatMul"  # + TYPE_SUFFIX
 
 
@@ -103,6 +105,59 @@ def top_p_limit(node: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]],
         else:
             return None
     return limit
+
+
+def top_choices_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each TopK (largest, sorted, k a constant in 1..MAX_TOP_K) along the last axis
+    of a float32 LogSoftmax along its input's last axis, read by that TopK alone, as one
+    cellspec TopLogSoftmaxFloat of the LogSoftmax's input: draft_block's tree choices (top_ids,
+    top_logp) in one kernel of a block a row, where the CUDA provider's LogSoftmax and TopK took
+    several (the package doc); other LogSoftmax and TopK nodes stay."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type for v in (*inferred.graph.value_info,
+                                                  *inferred.graph.input, *inferred.graph.output)}
+    initializers = {i.name: i for i in model.graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    producers = {o: n for n in model.graph.node for o in n.output}
+    outputs = {o.name for o in model.graph.output}
+    fused, gone = {}, set()
+    for node in model.graph.node:
+        if node.op_type != "TopK" or node.domain not in ("", "ai.onnx"):
+            continue
+        soft = producers.get(node.input[0])
+        if soft is None or soft.op_type != "LogSoftmax" or soft.domain not in ("", "ai.onnx") \
+                or readers.get(soft.output[0]) != [node] or soft.output[0] in outputs:
+            continue
+        # the logits' type, or (where inference stops at a contrib op, as in draft_block: a type
+        # without a shape) the declared type of the TopK's values: LogSoftmax's element type,
+        # and the same rank
+        tensor = next((t for t in (types.get(soft.input[0]), types.get(node.output[0]))
+                       if t is not None and t.HasField("shape")), None)
+        if tensor is None or tensor.elem_type != TensorProto.FLOAT:
+            continue
+        rank = len(tensor.shape.dim)
+        attrs, soft_axis = node_attributes(node), node_attributes(soft).get("axis", -1)
+        k = constant_values(node.input[1], initializers)
+        if soft_axis not in (-1, rank - 1) or attrs.get("axis", -1) not in (-1, rank - 1) \
+                or attrs.get("largest", 1) != 1 or attrs.get("sorted", 1) != 1 \
+                or k is None or len(k) != 1 or not 1 <= k[0] <= MAX_TOP_K:
+            continue
+        fused[node.name or node.output[0]] = helper.make_node(
+            TOP_LOG_SOFTMAX, [soft.input[0]], list(node.output), name=node.name,
+            domain=CELLSPEC_DOMAIN, k=int(k[0]))
+        gone.add(id(soft))
+    if not fused:
+        return model
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.graph.node[:]
+    result.graph.node.extend(fused.get(n.name or n.output[0], n) if n.op_type == "TopK" else n
+                             for n in model.graph.node if id(n) not in gone)
+    import_domain(result, CELLSPEC_DOMAIN)
+    return result
 
 
 def projections_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = HALF

@@ -78,6 +78,7 @@ def rewritten(model: onnx.ModelProto, attention: str, projections: str = "cublas
         decompose_attention,
         projections_for_cuda,
         sampling_for_cuda,
+        top_choices_for_cuda,
     )
     from cellspec.rewrite.graph import without_tree_choices
 
@@ -95,6 +96,9 @@ def rewritten(model: onnx.ModelProto, attention: str, projections: str = "cublas
                                                                TensorProto.FLOAT16)))
     if attention == "cuda":
         return without_tree_choices(attention_for_cuda(model))
+    # the tree choices first: their rule reads types that ONNX's shape inference cannot carry
+    # past cellspec's ops
+    model = top_choices_for_cuda(model)
     if "Attention" in ops:
         model = cell_attention_for_cuda(model)
     model = sampling_for_cuda(model)
@@ -107,7 +111,8 @@ def load_session(path: Path, providers: list, attention: str = "as-exported",
     `attention` is "as-exported": "cuda" gives each the form the CUDA provider has a kernel
     for, "decomposed" standard ops, "cell" cellspec's CellAttention (its library built first,
     or PluginUnavailable saying what is missing), and in "cell" the full sorts and cumulative
-    sums of any graph (the sampler's) cellspec's SortDescending and SequentialCumSum, and with
+    sums of any graph (the sampler's) cellspec's SortDescending and SequentialCumSum, a draft
+    block's LogSoftmax + TopK (its tree choices) one TopLogSoftmax, and with
     `projections` "row" the float16/bfloat16 projections cellspec's RowMatMul. A rewritten
     graph is loaded from memory, its weights still read from the artifact's weights.bin."""
     check_modes(attention, projections)

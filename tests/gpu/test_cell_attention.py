@@ -1,7 +1,8 @@
 """cellspec's CUDA ops (cellspec/plugins/cell_attention.cu) alone: CellAttention against a numpy
 reference, and bit for bit the same token output whatever the batch, the cell bucket, and
 whether a key is new or already a cell; RowMatMul against numpy, RowMatMulSwiGlu against
-SwiGlu(RowMatMul), RowMatMulRotary against RowMatMul rotated; the sampler's sort and sums."""
+SwiGlu(RowMatMul), RowMatMulRotary against RowMatMul rotated; the sampler's sort and sums; the
+draft block's top choices (TopLogSoftmax)."""
 
 import numpy as np
 import pytest
@@ -306,6 +307,37 @@ def test_sort_descending_is_topks_order(cell_library):
         model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_array_equal(indices, want_indices)
     np.testing.assert_array_equal(values.view(np.uint32), want_values.view(np.uint32))
+
+
+@pytest.mark.parametrize("rows,n,k", [(16, 16384, 4), (1, 49152, 8), (5, 1000, 1), (3, 7, 7),
+                                      (64, 300, 4)])
+def test_top_log_softmax_is_topk_of_the_rows_log_softmax(cell_library, rows, n, k):
+    """TopLogSoftmax picks each row's k largest in TopK's order (value descending, equal values,
+    -0 and +0 among them, by lower index; -inf still chosen where fewer larger values remain)
+    and gives their log-softmax within float32's error of float64's."""
+    rng = np.random.default_rng(rows + n + k)
+    x = (rng.standard_normal((rows, n)) * rng.uniform(1, 8, (rows, 1))).astype(np.float32)
+    x[:, ::3] = np.round(x[:, ::3], 1)  # many ties
+    if rows >= 3:
+        x[1, : n // 2] = 0.0
+        x[1, n // 4: n // 2] = -0.0
+        x[1, n // 2:] = -np.inf  # only zeros are chosen, first come first
+        x[2] = 1.5  # one value everywhere: the first k columns
+    values, indices = run_node(cell_library, "TopLogSoftmax", {"x": x}, ["values", "indices"],
+                               k=k)
+    want = np.argsort(-x, axis=1, kind="stable")[:, :k]  # -0 and +0 compare equal
+    np.testing.assert_array_equal(indices, want)
+    x64 = x.astype(np.float64)
+    peak = x64.max(axis=1, keepdims=True)
+    logp = x64 - peak - np.log(np.exp(x64 - peak).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(values, np.take_along_axis(logp, want, 1), rtol=1e-6, atol=2e-5)
+
+
+@pytest.mark.parametrize("k,n", [(9, 100), (3, 2)])
+def test_top_log_softmax_refuses_k_out_of_range(cell_library, k, n):
+    with pytest.raises(Exception, match=f"TopLogSoftmax: k {k} for x \\[2, {n}\\]"):
+        run_node(cell_library, "TopLogSoftmax", {"x": np.zeros((2, n), np.float32)},
+                 ["values", "indices"], k=k)
 
 
 def test_device_sampler_draws_what_the_host_does(cell_library, tmp_path):

@@ -207,6 +207,10 @@ def expand(model: onnx.ModelProto) -> onnx.ModelProto:
         elif node.op_type.startswith("SequentialCumSum"):
             nodes.append(helper.make_node("CumSum", [node.input[0], const(-1, f"{n}/axis")],
                                           list(node.output)))
+        elif node.op_type.startswith("TopLogSoftmax"):  # TopK of the row's LogSoftmax
+            nodes += [helper.make_node("LogSoftmax", [node.input[0]], [f"{n}/logp"], axis=-1),
+                      helper.make_node("TopK", [f"{n}/logp", const([a["k"]], f"{n}/k")],
+                                       list(node.output), axis=-1)]
         elif node.op_type.startswith("SortDescending"):  # a TopK of the whole last axis
             nodes += [helper.make_node("Shape", [node.input[0]], [f"{n}/k"], start=-1),
                       helper.make_node("TopK", [node.input[0], f"{n}/k"],
@@ -604,6 +608,108 @@ def test_other_sums_and_sorts_stay(kind):
         assert [n.op_type for n in rewritten.graph.node] == ["SequentialCumSumFloat", "TopK"]
     else:
         assert rewritten == model
+
+
+@pytest.fixture(scope="module")
+def dflash_half(tmp_path_factory):
+    """conftest's dflash_artifact exported in float16 (its head's logits cast to float32)."""
+    from cellspec.export import ExportConfig, export
+    from tests.conftest import make_tiny_model
+    from tests.reference.zlab_draft import write_random_draft
+
+    root = tmp_path_factory.mktemp("dflash-half")
+    make_tiny_model("qwen3_gqa").save_pretrained(root / "target")
+    draft = write_random_draft(root / "draft", hidden=64, vocab=256, num_target_layers=2,
+                               taps=[0, 1], block_size=5, mask_token_id=255, num_layers=2)
+    export(root / "target", root / "artifact",
+           ExportConfig(dtype="float16", static_widths=(1,), dynamic_width=0, max_context=128,
+                        max_cells=512), progress=False, draft=draft)
+    return root / "artifact"
+
+
+@pytest.mark.parametrize("which", ["dflash_artifact", "dflash_half"])
+@pytest.mark.parametrize("projections", ["cublas", "row"])
+def test_a_draft_blocks_tree_choices_become_one_top_log_softmax(request, which, projections):
+    """draft_block's LogSoftmax + TopK (its top_ids / top_logp) become one TopLogSoftmaxFloat of
+    the logits with the TopK's k and outputs, when ort-cuda loads it with CellAttention, in
+    float32 and float16 artifacts (whose logits ONNX's shape inference cannot type: it stops at
+    the contrib norms)."""
+    from cellspec.rewrite import TOP_LOG_SOFTMAX
+    from cellspec.runtime.device_sessions import rewritten
+
+    model = load_graph(request.getfixturevalue(which), "draft_block")
+    soft = next(n for n in model.graph.node if n.op_type == "LogSoftmax")
+    top = next(n for n in model.graph.node if n.op_type == "TopK")
+    k = onnx.numpy_helper.to_array(next(i for i in model.graph.initializer
+                                        if i.name == top.input[1])).tolist()
+    after = rewritten(model, "cell", projections)
+    fused = [n for n in after.graph.node if n.op_type == TOP_LOG_SOFTMAX]
+    assert [(list(n.input), list(n.output), attrs(n), n.domain) for n in fused] == [
+        ([soft.input[0]], list(top.output), {"k": k[0]}, CELLSPEC_DOMAIN)]
+    assert not [n for n in after.graph.node if n.op_type in ("LogSoftmax", "TopK")]
+    assert [o.name for o in after.graph.output] == [o.name for o in model.graph.output]
+
+
+def tree_choices_graph(kind: str = "fused"):
+    """logits [R, V] -> LogSoftmax -> TopK, as draft_block's tail, or a form that must stay."""
+    from onnx import TensorProto, helper
+
+    dtype = TensorProto.FLOAT16 if kind == "float16" else TensorProto.FLOAT
+    rank3 = kind == "fused_rank3"
+    shape = [2, 3, 40] if rank3 else [6, 40]
+    soft_axis = {"first_axis": 0, "fused_rank3": -1}.get(kind, 1)
+    top_attrs = {"smallest": {"largest": 0}, "unsorted": {"sorted": 0},
+                 "top_axis": {"axis": 0}}.get(kind, {"axis": -1 if rank3 else 1})
+    k = {"k_too_large": 9}.get(kind, 4)
+    nodes = [helper.make_node("LogSoftmax", ["logits"], ["logp"], name="soft", axis=soft_axis),
+             helper.make_node("TopK", ["logp", "k"], ["top_logp", "top_ids"], name="top",
+                              **top_attrs)]
+    outputs = [("top_logp", dtype), ("top_ids", TensorProto.INT64)]
+    if kind == "logp_read_elsewhere":
+        nodes.append(helper.make_node("ReduceMax", ["logp"], ["peak"], name="peak"))
+        outputs.append(("peak", dtype))
+    if kind == "logp_an_output":
+        outputs.append(("logp", dtype))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("logits", dtype, shape)],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+        initializer=[onnx.numpy_helper.from_array(np.array([k]), "k")])
+    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("kind", ["fused", "fused_rank3"])
+def test_tree_choices_expanded_back_choose_what_the_exported_graph_does(kind):
+    """The fused op, expanded to its definition (LogSoftmax, then TopK along the last axis, k
+    from its attribute), gives the exported graph's values and ids: the rewrite keeps the
+    input, the outputs' order and k."""
+    import onnxruntime as ort
+
+    from cellspec.rewrite import top_choices_for_cuda
+
+    model = tree_choices_graph(kind)
+    rewritten = top_choices_for_cuda(model)
+    assert [n.op_type for n in rewritten.graph.node] == ["TopLogSoftmaxFloat"]
+    rng = np.random.default_rng(4)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    logits = (rng.standard_normal(shape) * 3).astype(np.float32)
+    logits[..., ::4] = logits[..., :1]  # ties, by lower id
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"logits": logits})
+    got = ort.InferenceSession(expand(rewritten).SerializeToString()).run(
+        None, {"logits": logits})
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(b, a)
+    assert want[1].shape == (*shape[:-1], 4)
+
+
+@pytest.mark.parametrize("kind", ["float16", "first_axis", "top_axis", "smallest", "unsorted",
+                                  "k_too_large", "logp_read_elsewhere", "logp_an_output"])
+def test_other_log_softmaxes_and_top_ks_stay(kind):
+    """Only a largest-first, sorted TopK of at most 8 along the last axis of a float32
+    LogSoftmax along the last axis, which nothing else reads, is the op's."""
+    from cellspec.rewrite import top_choices_for_cuda
+
+    model = tree_choices_graph(kind)
+    assert top_choices_for_cuda(model) == model
 
 
 @pytest.fixture(scope="module")
