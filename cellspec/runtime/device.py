@@ -9,6 +9,7 @@ the whole binding path (buffers by address, staging, commits through pointer tab
 from __future__ import annotations
 
 import atexit
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,10 +74,12 @@ class HostDevice:
 
     def __init__(self) -> None:
         self.arrays: dict[int, np.ndarray] = {}
+        self._bases: list[int] = []  # the arrays' addresses, ascending
 
     def alloc(self, nbytes: int) -> Buffer:
         array = np.zeros(max(nbytes, 1), np.uint8)
         self.arrays[array.ctypes.data] = array
+        bisect.insort(self._bases, array.ctypes.data)
         return Buffer(array.ctypes.data, nbytes, array)
 
     def pinned(self, nbytes: int) -> np.ndarray:
@@ -122,8 +125,13 @@ class HostDevice:
                 self._bytes(pool.ptr + cell * row_bytes, row_bytes)
 
     def _bytes(self, ptr: int, nbytes: int) -> np.ndarray:
-        for base, array in self.arrays.items():
-            if base <= ptr and ptr + nbytes <= base + array.size:
+        """The bytes at [ptr, ptr + nbytes), which must lie inside one array: the one at the
+        highest address not above ptr (arrays never overlap)."""
+        index = bisect.bisect_right(self._bases, ptr) - 1
+        if index >= 0:
+            base = self._bases[index]
+            array = self.arrays[base]
+            if ptr + nbytes <= base + array.size:
                 return array[ptr - base: ptr - base + nbytes]
         raise AssertionError(f"address {ptr:#x} (+{nbytes}) is in no buffer")
 

@@ -290,3 +290,25 @@ def test_a_step_copies_its_inputs_to_the_device_in_one_call(tiny_artifact):
     arena = range(engine.arena.ptr, engine.arena.ptr + engine.arena.nbytes)
     assert staged <= set(addresses[0]) and all(addresses[0][n] in arena for n in staged)
     assert addresses[1:] == addresses[:1] * 3  # the same shape: the same addresses
+
+
+def test_host_device_finds_the_buffer_holding_an_address_range():
+    """HostDevice resolves an address range to the one buffer that holds it whole (the one
+    at the highest address not above it), and refuses a range no buffer holds."""
+    from cellspec.runtime.device import HostDevice
+
+    device = HostDevice()
+    buffers = [device.alloc(n) for n in (64, 1, 200, 64)]
+    for k, buffer in enumerate(buffers):
+        device.upload(buffer, np.full(buffer.nbytes, k + 1, np.uint8))
+    for k, buffer in enumerate(buffers):
+        got = np.zeros(buffer.nbytes, np.uint8)
+        device.download(got, buffer)
+        assert got.tolist() == [k + 1] * buffer.nbytes
+    last = buffers[2]
+    assert device._bytes(last.ptr + 199, 1).tolist() == [3]
+    assert device._bytes(last.ptr + 10, 0).size == 0
+    lowest = min(b.ptr for b in buffers)
+    for ptr, nbytes in ((last.ptr + 150, 51), (lowest - 1, 1), (last.ptr + 200, 1 << 40)):
+        with pytest.raises(AssertionError, match="is in no buffer"):
+            device._bytes(ptr, nbytes)
