@@ -17,7 +17,7 @@ of (the longest prefix of the followed text that the strategy verified) + 1.
   if a row could see only its ancestors; as paths of the step, leaves x (deepest + 1)).
 
     python tools/draft_trees.py ARTIFACT [--prompts 48] [--tokens 128] [--n-draft 15]
-        [--temperature 0.7 --top-p 0.9] [--by-category]
+        [--temperature 0.7 --top-p 0.9] [--by-category] [--chains 3,7] [--trees 7,15,31]
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--n-draft", type=int, default=15, help="block rows recorded a cycle")
     parser.add_argument("--top", type=int, default=8, help="ids recorded per block row")
     parser.add_argument("--tree-depth", type=int, default=15)
+    parser.add_argument("--chains", default="3,7", help="chain lengths to report (and "
+                        "--n-draft's)")
+    parser.add_argument("--trees", default="7,15,31", help="tree sizes (nodes) to report")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="> 0: answers drawn (seed 5, --top-p); a tree's acceptance follows "
@@ -201,14 +204,15 @@ def main() -> None:
         for category in dict.fromkeys(categories.tolist()):
             by_category.setdefault(category, {})[name] = lengths[categories == category].mean()
 
-    for n in sorted({3, 7, n_max} & set(range(1, n_max + 1))):
+    chains = {int(n) for n in args.chains.split(",")} | {n_max}
+    for n in sorted(chains & set(range(1, n_max + 1))):
         report(f"chain {n}", lambda top, probs, n=n: chain(top, n), n + 1)
     for k, n in ((2, 7), (4, 7), (4, 3)):
         if n <= n_max:
             report(f"paths {k} x {n}", lambda top, probs, k=k, n=n:
                    one_change_paths(top, probs, k, n), k * (n + 1))
     depth = min(args.tree_depth, n_max)
-    for budget in (7, 15, 31):
+    for budget in (int(b) for b in args.trees.split(",")):
         report(f"tree {budget} (as a tree)", lambda top, probs, b=budget:
                tree(top, probs, b, depth), budget + 1)
         report(f"tree {budget} (as paths)", lambda top, probs, b=budget:
