@@ -67,22 +67,26 @@ def tiny_checkpoint(tmp_path: Path) -> Callable[[str], tuple[Path, Any]]:
     return build
 
 
-@pytest.fixture(scope="session")
-def dflash_artifact(tmp_path_factory):
-    """A tiny random Qwen3 target with a random 2-layer DFlash draft (block 5, taps 0 and 1)."""
+def export_dflash(root: Path, **config) -> Path:
+    """A tiny random Qwen3 target with a random 2-layer DFlash draft (block 5, taps 0 and 1),
+    exported under `root` with ExportConfig(**config): its artifact folder."""
     from cellspec.export import ExportConfig, export
     from tests.reference.zlab_draft import write_random_draft
 
-    root = tmp_path_factory.mktemp("dflash")
     target = make_tiny_model("qwen3_gqa")
     target.save_pretrained(root / "target")
     draft = write_random_draft(root / "draft", hidden=64, vocab=256, num_target_layers=2,
                                taps=[0, 1], block_size=5, mask_token_id=255, num_layers=2)
     out = root / "artifact"
-    export(root / "target", out, ExportConfig(static_widths=(1, 2, 4, 8), dynamic_width=32,
-                                              max_context=128, max_cells=512),
-           progress=False, draft=draft)
+    export(root / "target", out, ExportConfig(**config), progress=False, draft=draft)
     return out
+
+
+@pytest.fixture(scope="session")
+def dflash_artifact(tmp_path_factory):
+    """export_dflash's artifact in float32."""
+    return export_dflash(tmp_path_factory.mktemp("dflash"), static_widths=(1, 2, 4, 8),
+                         dynamic_width=32, max_context=128, max_cells=512)
 
 
 # Fixtures that export or load the bundled SmolLM2-135M: a test using one is slow, marked or not.

@@ -36,10 +36,7 @@ def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     result = onnx.ModelProto()
     result.CopyFrom(model)
     changed = False
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in result.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = _readers(result.graph.node)
     outputs = {o.name for o in result.graph.output}
     for node in result.graph.node:
         tensor = types.get(node.input[0]) if node.op_type in ("CumSum", "TopK") else None
@@ -76,6 +73,15 @@ def sampling_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     if changed:
         import_domain(result, CELLSPEC_DOMAIN)
     return result
+
+
+def _readers(nodes) -> dict[str, list[onnx.NodeProto]]:
+    """Each tensor name's reading nodes, in graph order."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
 
 
 def top_p_limit(node: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]],
@@ -117,13 +123,10 @@ def top_choices_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     types = {v.name: v.type.tensor_type for v in (*inferred.graph.value_info,
                                                   *inferred.graph.input, *inferred.graph.output)}
     initializers = {i.name: i for i in model.graph.initializer}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = _readers(model.graph.node)
     producers = {o: n for n in model.graph.node for o in n.output}
     outputs = {o.name for o in model.graph.output}
-    fused, gone = {}, set()
+    fused, gone = {}, set()  # by id(): the TopK's replacement, the LogSoftmaxes dropped
     for node in model.graph.node:
         if node.op_type != "TopK" or node.domain not in ("", "ai.onnx"):
             continue
@@ -145,7 +148,7 @@ def top_choices_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
                 or attrs.get("largest", 1) != 1 or attrs.get("sorted", 1) != 1 \
                 or k is None or len(k) != 1 or not 1 <= k[0] <= MAX_TOP_K:
             continue
-        fused[node.name or node.output[0]] = helper.make_node(
+        fused[id(node)] = helper.make_node(
             TOP_LOG_SOFTMAX, [soft.input[0]], list(node.output), name=node.name,
             domain=CELLSPEC_DOMAIN, k=int(k[0]))
         gone.add(id(soft))
@@ -154,8 +157,7 @@ def top_choices_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     result = onnx.ModelProto()
     result.CopyFrom(model)
     del result.graph.node[:]
-    result.graph.node.extend(fused.get(n.name or n.output[0], n) if n.op_type == "TopK" else n
-                             for n in model.graph.node if id(n) not in gone)
+    result.graph.node.extend(fused.get(id(n), n) for n in model.graph.node if id(n) not in gone)
     import_domain(result, CELLSPEC_DOMAIN)
     return result
 

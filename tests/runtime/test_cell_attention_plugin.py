@@ -613,18 +613,10 @@ def test_other_sums_and_sorts_stay(kind):
 @pytest.fixture(scope="module")
 def dflash_half(tmp_path_factory):
     """conftest's dflash_artifact exported in float16 (its head's logits cast to float32)."""
-    from cellspec.export import ExportConfig, export
-    from tests.conftest import make_tiny_model
-    from tests.reference.zlab_draft import write_random_draft
+    from tests.conftest import export_dflash
 
-    root = tmp_path_factory.mktemp("dflash-half")
-    make_tiny_model("qwen3_gqa").save_pretrained(root / "target")
-    draft = write_random_draft(root / "draft", hidden=64, vocab=256, num_target_layers=2,
-                               taps=[0, 1], block_size=5, mask_token_id=255, num_layers=2)
-    export(root / "target", root / "artifact",
-           ExportConfig(dtype="float16", static_widths=(1,), dynamic_width=0, max_context=128,
-                        max_cells=512), progress=False, draft=draft)
-    return root / "artifact"
+    return export_dflash(tmp_path_factory.mktemp("dflash-half"), dtype="float16",
+                         static_widths=(1,), dynamic_width=0, max_context=128, max_cells=512)
 
 
 @pytest.mark.parametrize("which", ["dflash_artifact", "dflash_half"])

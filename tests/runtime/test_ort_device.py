@@ -295,8 +295,6 @@ def test_a_step_copies_its_inputs_to_the_device_in_one_call(tiny_artifact):
 def test_host_device_finds_the_buffer_holding_an_address_range():
     """HostDevice resolves an address range to the one buffer that holds it whole (the one
     at the highest address not above it), and refuses a range no buffer holds."""
-    from cellspec.runtime.device import HostDevice
-
     device = HostDevice()
     buffers = [device.alloc(n) for n in (64, 1, 200, 64)]
     for k, buffer in enumerate(buffers):
