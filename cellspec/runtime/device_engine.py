@@ -106,6 +106,7 @@ class DeviceEngine(Engine):
         # a step's host feeds, packed: one copy to the device per step, not one per input
         self.arena, self.staging = device.alloc(arena), Staging(device, arena)
         self.layouts: dict[tuple, tuple[dict[str, int], int]] = {}  # see _layout
+        self.runs = 0  # runs so far: an output fetched later is the run's while this stays
 
     @property
     def graph_ids(self) -> GraphIds:
@@ -230,6 +231,7 @@ class DeviceEngine(Engine):
         queued: what was staged before it is read first, and what is queued after it reads
         its outputs; else the staged inputs are waited for and the run is waited for."""
         session, options = self.active, self._options(graph_key)
+        self.runs += 1
         if not self.in_order:
             self.device.synchronize()  # the staged inputs (and the last commit) are in place
         self._run(session, options)

@@ -87,6 +87,11 @@ class DFlashExecutor(Executor):
     # False: a cycle's verified rows wait for the next cycle's drain (the order before
     # 2026-12-02; the same text), for benchmarks that compare the two in one process
     drain_behind_verify = True
+    # a tree cycle of one session queues the next cycle's draft block on the device as soon as
+    # its verdict is in (where the backend queues runs), so the block runs while the host
+    # returns the tokens and comes back; False: each cycle runs its own block (as before
+    # 2026-12-04), for benchmarks that compare the two in one process
+    queue_ahead = True
 
     def __init__(self, *args, draft: DraftModel | None = None,
                  proposer: Proposer | None = None, n_draft: int | None = None,
@@ -121,6 +126,8 @@ class DFlashExecutor(Executor):
         # the cells a cycle writes: its verify's rows
         self.cycle_rows = max(self.n_draft, self.tree_nodes or 0) + 1
         self.stats = SpecStats()
+        # the next cycle's draft block, queued: (its request, the call that takes its choices)
+        self._ahead: tuple[ProposalRequest, Callable] | None = None
 
     def _check_tree_nodes(self, nodes: int | None) -> int | None:
         """None (chains), or an int in [2, widest step - 1] where trees can be verified
@@ -295,11 +302,16 @@ class DFlashExecutor(Executor):
         nodes = self.tree_nodes
         if self.max_verify_rows is not None:
             nodes = max(1, min(nodes, self.max_verify_rows // len(requests) - 1))
-        ids, logp = self.proposer.propose_choices(requests, self.n_draft)  # [O, n, k]
+        # the verify is planned first: where this cycle's block was queued ahead, the host
+        # plans while the device runs the block
+        step = self.target.plan_tree(np.array(sids, np.int64), nodes + 1)
+        ids, logp = self._choices(requests)  # [O, n, k]
         trees = [grow_tree(ids[o], logp[o], nodes) for o in range(len(requests))]
         width = trees[0].rows
-        tokens = np.concatenate([[r.anchor, *t.tokens] for r, t in zip(requests, trees)])
-        parents = np.concatenate([t.parents for t in trees])
+        if width != step.width:  # fewer choices than nodes: a smaller tree
+            step = self.target.plan_tree(np.array(sids, np.int64), width)
+        tokens = np.array([[r.anchor, *t.tokens] for r, t in zip(requests, trees)], np.int64)
+        parents = np.stack([t.parents for t in trees])
         # each row drawn with the uniform of the position after it, as plain decoding would
         positions = [r.position + int(d) + 1 for r, t in zip(requests, trees) for d in t.depths]
         draws = self.draws([sid for sid in sids for _ in range(width)], positions)
@@ -308,20 +320,44 @@ class DFlashExecutor(Executor):
         # row-wise, so a row's keys are what its position would give on the accepted path);
         # after the verdict both caches keep the accepted path, and the next cycle has
         # nothing to drain first
-        result = self.target.forward(np.repeat(sids, width), tokens.astype(np.int64),
-                                     np.arange(len(tokens), dtype=np.int64), draws,
-                                     meanwhile=lambda: self._drain_trees(requests, trees),
-                                     tree=parents)
-        bursts = []
+        result = self.target.forward_tree(step, tokens, parents, draws,
+                                          meanwhile=lambda: self._drain_trees(requests, trees))
+        paths, bursts = [], []
         for owner, (request, tree) in enumerate(zip(requests, trees)):
             path, burst = walk(tree, result.tokens[owner * width: (owner + 1) * width])
-            self.cache.keep_path(request.sid, request.position, path)
             if self.draft:
                 self.draft.cache.keep_path(request.sid, request.position, path)
             self._state(request.sid).pending = burst[-1]
             self._count(len(path) - 1, width - 1)
+            paths.append(path)
             bursts.append(burst)
+        self._queue_ahead(requests, paths, bursts)
+        for request, path in zip(requests, paths):  # (host work only: after the queueing)
+            self.cache.keep_path(request.sid, request.position, path)
         return bursts
+
+    def _queue_ahead(self, requests: list[ProposalRequest], paths: list[list[int]],
+                     bursts: list[tuple[int, ...]]) -> None:
+        """After a lone session's tree verdict (its draft cache final), queue its next
+        cycle's draft block where it could speculate again (`queue_ahead`)."""
+        if len(requests) != 1 or not self.queue_ahead or self.proposer is not self.draft:
+            return
+        [request], [path], [burst] = requests, paths, bursts
+        after = ProposalRequest(request.sid, burst[-1], request.position + len(path))
+        if after.position + self.cycle_rows <= self.max_session_tokens:
+            take = self.draft.queue_choices([after], self.n_draft)
+            self._ahead = None if take is None else (after, take)
+
+    def _choices(self, requests: list[ProposalRequest]) -> tuple[np.ndarray, np.ndarray]:
+        """The proposer's top choices for `requests` (propose_choices): the block queued ahead
+        at the last cycle's verdict where it is this cycle's and the draft has not changed
+        since, else a block run now."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and [ahead[0]] == requests:
+            choices = ahead[1]()
+            if choices is not None:
+                return choices
+        return self.proposer.propose_choices(requests, self.n_draft)
 
     def _speculate_chain(self, requests: list[ProposalRequest]) -> list[tuple[int, ...]]:
         """Each owner's n_draft proposals verified as a chain in one target step."""

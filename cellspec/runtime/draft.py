@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.runtime.backend import TAPS_POOL, Backend, Gather, Pools
 from cellspec.runtime.cell_cache import CellCache
-from cellspec.runtime.planner import piece_index, plan_pieces, runs_of
+from cellspec.runtime.planner import PieceShape, piece_index, plan_pieces, runs_of
 from cellspec.runtime.target import MethodStats, check_pools
 
 
@@ -111,9 +112,36 @@ class DraftModel:
         owners = self.method.max_owners
         return [requests[i: i + owners] for i in range(0, len(requests), owners)]
 
-    def _propose_chunk(self, requests: list[ProposalRequest], n_draft: int,
-                       confidence: bool = False, choices: bool = False
-                       ) -> tuple[np.ndarray, np.ndarray | None]:
+    def queue_choices(self, requests: list[ProposalRequest], n_draft: int
+                      ) -> Callable[[], tuple[np.ndarray, np.ndarray] | None] | None:
+        """Queue the block of `requests` (at most `max_owners`) on a backend that queues runs
+        (`queue`: ort-cuda), and return the call that gives its choices as `propose_choices`
+        would, or None where this draft has changed since (its cache, or another block run);
+        None where the backend does not queue. The host goes on while the device runs it."""
+        queue = getattr(self.backend, "queue", None)
+        if queue is None or len(requests) > self.method.max_owners:
+            return None
+        start = time.perf_counter()
+        method, shape, feeds = self._block_step(requests, n_draft)
+        fetch = queue(self.block, [self.pools], feeds, [names.TOP_IDS, names.TOP_LOGP],
+                      static=shape.is_static)
+        queued = time.perf_counter() - start
+        version = self.cache.version
+
+        def take() -> tuple[np.ndarray, np.ndarray] | None:
+            start = time.perf_counter()
+            out = fetch() if self.cache.version == version else None
+            if out is not None:
+                self.stats[f"{method} ahead"].add(len(requests), queued + time.perf_counter()
+                                                  - start)
+                return self._choices_of(out, len(requests), n_draft)
+            return None
+
+        return take
+
+    def _block_step(self, requests: list[ProposalRequest], n_draft: int
+                    ) -> tuple[str, PieceShape, dict[str, np.ndarray]]:
+        """The method name, shape and feeds of the draft block of `requests`."""
         block, count = self.method.block_size, len(requests)
         seqs = np.array([r.sid for r in requests], dtype=np.int64)
         longest = max(self.cache.pos(int(s)) for s in seqs)
@@ -127,14 +155,25 @@ class DraftModel:
         feeds = {names.TOKENS: tokens, names.POSITIONS: plan.positions,
                  names.CELL_TABLE: plan.cell_table, names.ATTN_MASK: plan.attn_mask,
                  names.PROPOSAL_ROWS: self._rows(n_draft)}
+        return f"draft_block [{shape.rows}x{block}]", shape, feeds
+
+    @staticmethod
+    def _choices_of(out: dict[str, np.ndarray], count: int, n_draft: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        top = (count, n_draft, names.TOP_K)
+        return (out[names.TOP_IDS][: count * n_draft].reshape(top).astype(np.int64),
+                out[names.TOP_LOGP][: count * n_draft].reshape(top))
+
+    def _propose_chunk(self, requests: list[ProposalRequest], n_draft: int,
+                       confidence: bool = False, choices: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray | None]:
+        count = len(requests)
+        method, shape, feeds = self._block_step(requests, n_draft)
         wanted = [names.TOP_IDS, names.TOP_LOGP] if choices else \
             [names.PROPOSALS, names.LOGITS] if confidence else [names.PROPOSALS]
-        out = self._run(self.block, f"draft_block [{shape.rows}x{block}]", count, feeds,
-                        wanted, static=shape.is_static)
+        out = self._run(self.block, method, count, feeds, wanted, static=shape.is_static)
         if choices:
-            top = (count, n_draft, names.TOP_K)
-            return (out[names.TOP_IDS][: count * n_draft].reshape(top).astype(np.int64),
-                    out[names.TOP_LOGP][: count * n_draft].reshape(top))
+            return self._choices_of(out, count, n_draft)
         proposals = out[names.PROPOSALS].reshape(-1, n_draft)[:count].astype(np.int64)
         if not confidence:
             return proposals, None

@@ -9,6 +9,7 @@ of cellspec.runtime.sampling, bit for bit.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +32,8 @@ class Draws:
     def num_rows(self) -> int:
         return self.temperature.size
 
-    @property
-    def is_greedy(self) -> bool:
+    @functools.cached_property
+    def is_greedy(self) -> bool:  # (asked several times a step; the columns are not changed)
         return bool(np.all(self.temperature == 0))
 
     def take(self, rows: np.ndarray) -> Draws:

@@ -28,7 +28,7 @@ from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
 from cellspec.rewrite import ATTN_SEQLENS
 from cellspec.runtime.backend import Backend, Chain, Engine, Gather, Pools
-from cellspec.runtime.bindings import step_dims
+from cellspec.runtime.bindings import shape_of, step_dims
 from cellspec.runtime.device import Buffer
 from cellspec.runtime.device_engine import DeviceEngine, Staging
 from cellspec.runtime.device_sessions import load_session
@@ -91,6 +91,12 @@ class OrtDeviceBackend(Backend):
         self.wanted_memo: dict[tuple, tuple] = {}  # see _wanted
         self.history: Buffer | None = None  # a chain's drawn tokens, [steps, rows] int64
         self.history_host: np.ndarray | None = None  # the same, page-locked on the host
+        # a run with `meanwhile` work queues its drawn tokens' copy to the host before that
+        # work, so that they come back when the run ends rather than when the work does (False:
+        # after it, as before 2026-12-04; benchmarks compare the two)
+        self.drawn_first = True
+        self.drawn_host = device.pinned(8 * limits["R"])  # page-locked: those tokens
+        self.drawn_memo: dict = {}  # (engine id, output, dims) -> its view of drawn_host
 
     def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
         return self.policy
@@ -117,15 +123,58 @@ class OrtDeviceBackend(Backend):
         clock = _Clock(self.timings)
         drawn = None if draws is None else self._drawn(engine, dims, draws, static)
         clock.lap("draw")
+        early = None
         if meanwhile is not None:  # queued behind this run (where in_order) as it runs
+            if drawn is not None and self.drawn_first:
+                early = self._download_drawn(*drawn)
             meanwhile()  # (its runs time their own phases)
             clock = _Clock(self.timings)
-        result = {name: engine.fetch(name, dims) for name in outputs}
-        if drawn is not None:
+        result = {}
+        if early is not None:  # the run's tokens, without waiting for the work behind it
+            host, done = early
+            done.synchronize()
+            result[DRAWN] = host.copy()
+        elif drawn is not None:
             source, name, source_dims = drawn
             result[DRAWN] = source.fetch(name, source_dims)
+        result |= {name: engine.fetch(name, dims) for name in outputs}
         clock.lap("fetch")
         return result
+
+    def queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
+              outputs: list[str], static: bool = False
+              ) -> Callable[[], dict[str, np.ndarray] | None]:
+        """Queue a run that commits and draws nothing (a draft block); returns the call that
+        fetches its `outputs`, or gives None once the engine has run again (its buffers hold
+        that run's outputs then)."""
+        dims = self._queue(engine, pools, feeds, outputs, None, None, static)
+        assert isinstance(engine, DeviceEngine)
+        runs = engine.runs
+
+        def fetch() -> dict[str, np.ndarray] | None:
+            if engine.runs != runs:
+                return None
+            return {name: engine.fetch(name, dims) for name in outputs}
+
+        return fetch
+
+    def _download_drawn(self, source: DeviceEngine, name: str, dims: dict[str, int]):
+        """Queue the copy of the drawn tokens (`name` of `source` at `dims`) to page-locked
+        memory; returns that memory's view and the mark after which it holds them, or None
+        where they do not fit (then they are fetched after the work behind the run)."""
+        key = (id(source), name, tuple(sorted(dims.items())))
+        if key not in self.drawn_memo:  # (a verify's shapes repeat)
+            spec = source.outputs[name]
+            shape = shape_of(spec.shape, dims)
+            nbytes = int(np.prod(shape)) * np.dtype(spec.dtype).itemsize
+            self.drawn_memo[key] = (None if nbytes > self.drawn_host.nbytes else
+                                    self.drawn_host[:nbytes].view(spec.dtype).reshape(shape))
+            self.drawn_memo[key, "source"] = source  # held: its id stays its own
+        host = self.drawn_memo[key]
+        if host is None:
+            return None
+        self.device.download_later(host, source.buffers[name].ptr)
+        return host, self.device.mark()
 
     def _queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
                outputs: list[str], cells: np.ndarray | None, draw_output: str | None,

@@ -26,7 +26,7 @@ from cellspec.rewrite import ATTN_SEQLENS, grouped_feeds
 from cellspec.runtime.backend import TAPS_POOL, Backend, Engine, TensorSpec
 from cellspec.runtime.cell_cache import CellCache, StepPlan
 from cellspec.runtime.draws import DRAWN, Draws, make_draws
-from cellspec.runtime.planner import Piece, PieceShape, piece_index, plan_pieces, runs_of
+from cellspec.runtime.planner import PieceShape, piece_index, plan_pieces, runs_of
 from cellspec.runtime.trees import ancestor_mask, depths_of
 
 
@@ -37,6 +37,17 @@ class ForwardResult:
 
     tokens: np.ndarray | None  # [R] int64
     logits: np.ndarray | None  # [R, V] float32
+
+
+@dataclass(frozen=True)
+class TreeStep:
+    """A tree verify planned before its trees are known (TargetModel.plan_tree)."""
+
+    plan: StepPlan
+    shape: PieceShape
+    owners: int  # O sequences
+    width: int  # tokens each
+    slots: np.ndarray  # [O * width]: each token's slot in the padded step, row-major
 
 
 @dataclass
@@ -78,24 +89,14 @@ class TargetModel:
 
     def forward(self, seq_ids: np.ndarray, tokens: np.ndarray, logit_indices: np.ndarray,
                 draws: Draws | None = None,
-                meanwhile: Callable[[], None] | None = None,
-                tree: np.ndarray | None = None) -> ForwardResult:
+                meanwhile: Callable[[], None] | None = None) -> ForwardResult:
         """Feed tokens [T] to seq_ids [T] (one contiguous run per sequence, continuing from its
         frontier); for the tokens at logit_indices [R], draw the next token by `draws` (one per
         row) where the logits are, or, with no draws, return the logits. `meanwhile` is called
         once every token's cell is the sequence's in the cache and the last run is queued,
-        before its outputs come back (see Backend.run).
-
-        tree [T] (runs of equal length, at most the widest step): each token's parent as an
-        offset in its run, -1 for the run's first (runtime/trees.py). A token then sits at its
-        run's first position plus its depth and sees only its ancestors among the run; the
-        cache takes the run's tokens at consecutive positions, in run order, for the caller
-        to keep one path of (CellCache.keep_path)."""
+        before its outputs come back (see Backend.run)."""
         starts, lengths = runs_of(seq_ids)
         assert len(set(seq_ids[starts].tolist())) == starts.size, "one run per sequence"
-        if tree is not None:
-            assert len(set(lengths.tolist())) == 1 and lengths[0] <= self.max_width, \
-                "a tree step is one piece"
         rows = logit_indices.size
         logits = None if draws is not None else np.empty((rows, self.vocab_size), np.float32)
         drawn = np.empty(rows, np.int64) if draws is not None else None
@@ -103,15 +104,14 @@ class TargetModel:
         pieces = plan_pieces(lengths.tolist(), self.max_width)
         for k, piece in enumerate(pieces):
             index = piece_index(piece, starts)  # [S, Q] packed token of each slot
-            plan, shape = self._plan(piece, seq_ids[index[:, 0]])
+            plan, shape = self._plan(seq_ids[index[:, 0]], piece.width)
             slot[index] = (np.arange(index.shape[0])[:, None] * shape.width
                            + np.arange(piece.width)[None, :])
             here = np.flatnonzero(slot[logit_indices] >= 0)
             self.cache.commit_step(plan)  # the run only reads the plan
             out = self._run(plan, shape, tokens[index], slot[logit_indices[here]],
                             draws.take(here) if draws is not None else None,
-                            meanwhile if k == len(pieces) - 1 else None,
-                            None if tree is None else tree[index])
+                            meanwhile if k == len(pieces) - 1 else None)
             slot[index] = -1
             if draws is not None:
                 drawn[here] = out[DRAWN]
@@ -119,11 +119,33 @@ class TargetModel:
                 logits[here] = out[names.LOGITS]
         return ForwardResult(drawn, logits)
 
-    def _plan(self, piece: Piece, seqs: np.ndarray) -> tuple[StepPlan, PieceShape]:
-        rows = len(piece.chunks)
+    def plan_tree(self, seq_ids: np.ndarray, width: int) -> TreeStep:
+        """Plan a verify of `width` rows (at most the widest step) for each of seq_ids [O]
+        (distinct), before its trees are known; nothing changes until `forward_tree`."""
+        assert width <= self.max_width, "a tree step is one piece"
+        plan, shape = self._plan(seq_ids, width)
+        slots = (np.arange(seq_ids.size)[:, None] * shape.width + np.arange(width)).reshape(-1)
+        return TreeStep(plan, shape, seq_ids.size, width, slots)
+
+    def forward_tree(self, step: TreeStep, tokens: np.ndarray, tree: np.ndarray, draws: Draws,
+                     meanwhile: Callable[[], None] | None = None) -> ForwardResult:
+        """Feed each planned sequence its row of tokens [O, width] and draw a token for every
+        one, as `forward` would; tree [O, width]: each token's parent as an offset in its row,
+        -1 for the row's first (runtime/trees.py). A token then sits at its row's first
+        position plus its depth and sees only its ancestors among the row; the cache takes the
+        row's tokens at consecutive positions, in row order, for the caller to keep one path of
+        (CellCache.keep_path)."""
+        assert tokens.shape == tree.shape == (step.owners, step.width), "the planned rows"
+        self.cache.commit_step(step.plan)  # the run only reads the plan
+        out = self._run(step.plan, step.shape, tokens, step.slots, draws, meanwhile, tree)
+        return ForwardResult(out[DRAWN], None)
+
+    def _plan(self, seqs: np.ndarray, width: int) -> tuple[StepPlan, PieceShape]:
+        """A step of `width` tokens for each of seqs, padded as the shape policy says."""
+        rows = seqs.size
         longest = max(self.cache.pos(int(s)) for s in seqs)
-        shape = self.policy.shape(rows, piece.width, longest)
-        plan = self.cache.declare_step(seqs, [piece.width] * rows, shape.width, shape.cells,
+        shape = self.policy.shape(rows, width, longest)
+        plan = self.cache.declare_step(seqs, [width] * rows, shape.width, shape.cells,
                                        rows=shape.rows)
         return plan, shape
 
@@ -147,13 +169,12 @@ class TargetModel:
                 if on_step is not None and on_step(tokens.tolist()):
                     return out[: k + 1]
             return out
-        [piece] = plan_pieces([1] * rows, self.max_width)
         chain = self.backend.start_chain(len(draws), rows)
         placeholder = np.zeros((rows, 1), np.int64)
         try:
             for k, step_draws in enumerate(draws):
                 start = time.perf_counter()
-                plan, shape = self._plan(piece, seq_ids)
+                plan, shape = self._plan(seq_ids, 1)
                 slots = np.arange(rows) * shape.width
                 feeds, step_draws = self._feeds(plan, shape, tokens[:, None] if k == 0
                                                 else placeholder, slots, step_draws)

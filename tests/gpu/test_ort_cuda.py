@@ -199,3 +199,24 @@ def test_tree_speculation_equals_plain_with_cell_attention(
     spec = assert_speculation_equals_plain(
         speculation_artifact(tmp_path_factory, smollm2_gguf, dtype), sampling, tree_nodes=15)
     assert spec.stats.proposed == 15 * spec.stats.cycles
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
+def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
+        sampling, cell_library, monkeypatch, tmp_path_factory, smollm2_gguf):
+    """One session at a time, as `LLM` speculates on the device: each tree cycle queues the
+    next cycle's draft block at its verdict and fetches its verify's tokens before the drain
+    behind it; every prompt's 48 tokens are plain decoding's, and the queued blocks were the
+    ones taken."""
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
+    monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
+    out = speculation_artifact(tmp_path_factory, smollm2_gguf, "float16")
+    ids = prompt_ids(out)
+    plain = Executor.load(out, backend="ort-cuda", max_sessions=4)
+    spec = DFlashExecutor.load(out, backend="ort-cuda", max_sessions=4, tree_nodes=15)
+    assert spec.queue_ahead and spec.backend.drawn_first
+    for i, prompt in enumerate(ids):
+        assert decode(spec, [prompt], sampling, 48, [i]) == decode(plain, [prompt], sampling,
+                                                                    48, [i])
+    ahead = sum(s.calls for k, s in spec.draft.stats.items() if k.endswith(" ahead"))
+    assert spec.stats.accepted > 0 and ahead == spec.stats.rounds - len(ids)  # all but firsts

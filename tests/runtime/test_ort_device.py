@@ -112,6 +112,64 @@ def test_bound_speculation_equals_cpu_plain(dflash_artifact, sampling, attention
     assert all(int(shape.split("x")[1]) > widest for kind, shape in drains if kind == "dynamic")
 
 
+@pytest.mark.parametrize("drawn_first", [True, False])
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_a_verify_queues_its_tokens_for_the_host_before_the_drain_behind_it(
+        dflash_artifact, sampling, drawn_first):
+    """A verify's drawn tokens are copied to page-locked memory in the device's order before
+    the drain behind it is queued, so on a device they come back when the verify ends, not
+    when the drain does (drawn_first=False: fetched after the drain, as before); the text is
+    plain decoding's either way."""
+    plain = Executor.load(dflash_artifact, max_sessions=4)
+    texts = prompts(2, seed=8)
+    expected = [run_alone(plain, p, sampling, seed=3 + i, steps=12) for i, p in enumerate(texts)]
+    backend = host_backend(dflash_artifact, 4)
+    backend.drawn_first = drawn_first
+    spec = DFlashExecutor.load(dflash_artifact, backend=backend, max_sessions=4)
+    events = []
+    device, drain_cells = backend.device, spec._drain_cells
+    later, download = device.download_later, device.download
+
+    def sources():  # the buffers a verify's tokens are drawn into: the argmax, the sampler's
+        found = {spec.target.engine.buffers["greedy"].ptr: "tokens"}
+        if backend.sampler is not None:
+            found[backend.sampler.buffers["tokens"].ptr] = "tokens"
+        return found
+
+    def recording_later(host, ptr):
+        events.append(("queued", sources().get(ptr)))
+        later(host, ptr)
+
+    def recording_download(host, buffer):
+        events.append(("fetched", sources().get(buffer.ptr)))
+        download(host, buffer)
+
+    def recording_drain(runs, positions=None):
+        if sum(cells.size for _, cells in runs):
+            events.append(("drain", None))
+        drain_cells(runs, positions)
+
+    device.download_later, device.download = recording_later, recording_download
+    spec._drain_cells = recording_drain
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, 3 + i)
+    assert spec_decode(spec, sids, texts, 10) == [e[:10] for e in expected]
+    assert spec.stats.rounds > 2
+    # every drain runs behind a verify, whose tokens are queued for the host before it
+    queued = events.count(("queued", "tokens"))
+    assert queued == (spec.stats.rounds if drawn_first else 0)
+    drains = [i for i, (kind, _) in enumerate(events) if kind == "drain"]
+    assert len(drains) == spec.stats.rounds + 1  # the prompts' at the first cycle's start
+    for i in drains[1:]:
+        before = [e for e in events[:i] if e[1] == "tokens"][-1]
+        after = [e for e in events[i:] if e[1] == "tokens"]
+        if drawn_first:  # queued before the drain; nothing waited for after it
+            assert before == ("queued", "tokens") and after[:1] != [("fetched", "tokens")]
+        else:
+            assert after[0] == ("fetched", "tokens")
+
+
 def record_proposals(executor) -> list:
     """The executor's draft proposals, one list per speculate round, as it makes them."""
     proposed, propose = [], executor.draft.propose

@@ -226,6 +226,49 @@ def test_tree_speculation_equals_plain_decoding(dflash_artifact, sampling, count
     spec.draft.cache.check()
 
 
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_a_lone_sessions_next_draft_block_is_queued_at_the_verdict(dflash_artifact, sampling):
+    """A tree cycle of one session queues the next cycle's draft block as soon as its verdict
+    is in; the next cycle takes those choices, which equal a block run then, unless the draft
+    changed in between (a session opened: its cache's version moved; another block ran: the
+    outputs are that run's): then it runs its own. The text is plain decoding's."""
+    plain = plain_on_tree_backend(dflash_artifact)
+    text = prompts(1, seed=12)[0]
+    expected = run_alone(plain, text, sampling, seed=5, steps=30)
+    spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                               max_sessions=4, tree_nodes=7)
+    taken, choices = [], spec._choices
+
+    def recording_choices(requests):
+        ahead = spec._ahead
+        got = choices(requests)
+        fresh = spec.draft.propose_choices(requests, spec.n_draft)  # the block run now
+        taken.append(ahead is not None and ahead[0] == requests[0])
+        for a, b in zip(got, fresh):
+            np.testing.assert_array_equal(a, b)
+        return got
+
+    spec._choices = recording_choices
+    sid = spec.open_session()
+    spec.set_sampling(sid, sampling, 5)
+    history = [spec.execute([BatchInput(sid, tuple(text), 0)])[0].token]
+    blocks = lambda: sum(s.calls for k, s in spec.draft.stats.items()  # noqa: E731
+                         if k.startswith("draft_block") and k.endswith("ahead"))
+    cycle = 0
+    while len(history) < 26:
+        if cycle == 3:  # the draft's cache changes: the queued block is not taken
+            spec.close_session(spec.open_session())
+        if cycle == 5:  # another run of the block: its outputs are not the queued one's
+            spec.draft.propose_choices([spec._ahead[0]], spec.n_draft)
+        before = blocks()
+        history += spec.execute([BatchInput(sid, (history[-1],), spec.pos(sid))])[0].tokens
+        used = blocks() - before
+        assert used == (0 if cycle in (0, 3, 5) else 1), cycle
+        cycle += 1
+    assert history[:26] == expected[:26]
+    assert taken[0] is False and all(taken[1:])  # queued at every verdict after the first
+
+
 class TreeOracle:
     """Each block row's 4 choices: the target's own next token at the rank `ranks` gives
     (cycling; None: absent), other tokens around it, log-probabilities falling by rank."""
