@@ -87,10 +87,11 @@ class DFlashExecutor(Executor):
     # False: a cycle's verified rows wait for the next cycle's drain (the order before
     # 2026-12-02; the same text), for benchmarks that compare the two in one process
     drain_behind_verify = True
-    # a tree cycle of one session queues the next cycle's draft block on the device as soon as
-    # its verdict is in (where the backend queues runs), so the block runs while the host
-    # returns the tokens and comes back; False: each cycle runs its own block (as before
-    # 2026-12-04), for benchmarks that compare the two in one process
+    # a tree cycle queues the next cycle's draft block of its sessions on the device as soon
+    # as its verdict is in (where the backend queues runs), so the block runs while the host
+    # returns the tokens and comes back; the next cycle takes it if it is of the same sessions
+    # at the same anchors and the draft has not changed; False: each cycle runs its own block
+    # (as before 2026-12-04), for benchmarks that compare the two in one process
     queue_ahead = True
 
     def __init__(self, *args, draft: DraftModel | None = None,
@@ -127,7 +128,7 @@ class DFlashExecutor(Executor):
         self.cycle_rows = max(self.n_draft, self.tree_nodes or 0) + 1
         self.stats = SpecStats()
         # the next cycle's draft block, queued: (its request, the call that takes its choices)
-        self._ahead: tuple[ProposalRequest, Callable] | None = None
+        self._ahead: tuple[list[ProposalRequest], Callable] | None = None
 
     def _check_tree_nodes(self, nodes: int | None) -> int | None:
         """None (chains), or an int in [2, widest step - 1] where trees can be verified
@@ -338,14 +339,16 @@ class DFlashExecutor(Executor):
 
     def _queue_ahead(self, requests: list[ProposalRequest], paths: list[list[int]],
                      bursts: list[tuple[int, ...]]) -> None:
-        """After a lone session's tree verdict (its draft cache final), queue its next
-        cycle's draft block where it could speculate again (`queue_ahead`)."""
-        if len(requests) != 1 or not self.queue_ahead or self.proposer is not self.draft:
+        """After a tree verdict (the draft cache final), queue the next cycle's draft block
+        of the same sessions, where each could speculate again and one block call holds them
+        (`queue_ahead`)."""
+        if (not self.queue_ahead or self.proposer is not self.draft
+                or len(requests) > self.draft.method.max_owners):
             return
-        [request], [path], [burst] = requests, paths, bursts
-        after = ProposalRequest(request.sid, burst[-1], request.position + len(path))
-        if after.position + self.cycle_rows <= self.max_session_tokens:
-            take = self.draft.queue_choices([after], self.n_draft)
+        after = [ProposalRequest(r.sid, burst[-1], r.position + len(path))
+                 for r, path, burst in zip(requests, paths, bursts)]
+        if all(a.position + self.cycle_rows <= self.max_session_tokens for a in after):
+            take = self.draft.queue_choices(after, self.n_draft)
             self._ahead = None if take is None else (after, take)
 
     def _choices(self, requests: list[ProposalRequest]) -> tuple[np.ndarray, np.ndarray]:
@@ -353,7 +356,7 @@ class DFlashExecutor(Executor):
         at the last cycle's verdict where it is this cycle's and the draft has not changed
         since, else a block run now."""
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and [ahead[0]] == requests:
+        if ahead is not None and ahead[0] == requests:
             choices = ahead[1]()
             if choices is not None:
                 return choices

@@ -227,14 +227,16 @@ def test_tree_speculation_equals_plain_decoding(dflash_artifact, sampling, count
 
 
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
-def test_a_lone_sessions_next_draft_block_is_queued_at_the_verdict(dflash_artifact, sampling):
-    """A tree cycle of one session queues the next cycle's draft block as soon as its verdict
+@pytest.mark.parametrize("count", [1, 3])
+def test_the_next_draft_block_is_queued_at_the_verdict(dflash_artifact, sampling, count):
+    """A tree cycle queues the next cycle's draft block of its sessions as soon as its verdict
     is in; the next cycle takes those choices, which equal a block run then, unless the draft
     changed in between (a session opened: its cache's version moved; another block ran: the
-    outputs are that run's): then it runs its own. The text is plain decoding's."""
+    outputs are that run's) or the cycle is of other sessions: then it runs its own. The text
+    is plain decoding's."""
     plain = plain_on_tree_backend(dflash_artifact)
-    text = prompts(1, seed=12)[0]
-    expected = run_alone(plain, text, sampling, seed=5, steps=30)
+    texts = prompts(count, seed=12)
+    expected = [run_alone(plain, p, sampling, seed=5 + i, steps=30) for i, p in enumerate(texts)]
     spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
                                max_sessions=4, tree_nodes=7)
     taken, choices = [], spec._choices
@@ -243,30 +245,37 @@ def test_a_lone_sessions_next_draft_block_is_queued_at_the_verdict(dflash_artifa
         ahead = spec._ahead
         got = choices(requests)
         fresh = spec.draft.propose_choices(requests, spec.n_draft)  # the block run now
-        taken.append(ahead is not None and ahead[0] == requests[0])
+        taken.append(ahead is not None and ahead[0] == requests)
         for a, b in zip(got, fresh):
             np.testing.assert_array_equal(a, b)
         return got
 
     spec._choices = recording_choices
-    sid = spec.open_session()
-    spec.set_sampling(sid, sampling, 5)
-    history = [spec.execute([BatchInput(sid, tuple(text), 0)])[0].token]
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, 5 + i)
+    outs = spec.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
+    history = {o.sid: [o.token] for o in outs}
     blocks = lambda: sum(s.calls for k, s in spec.draft.stats.items()  # noqa: E731
                          if k.startswith("draft_block") and k.endswith("ahead"))
     cycle = 0
-    while len(history) < 26:
+    while min(len(h) for h in history.values()) < 26:
         if cycle == 3:  # the draft's cache changes: the queued block is not taken
             spec.close_session(spec.open_session())
         if cycle == 5:  # another run of the block: its outputs are not the queued one's
-            spec.draft.propose_choices([spec._ahead[0]], spec.n_draft)
+            spec.draft.propose_choices(spec._ahead[0], spec.n_draft)
+        live = sids if cycle != 7 or count == 1 else sids[1:]  # other sessions: not taken
         before = blocks()
-        history += spec.execute([BatchInput(sid, (history[-1],), spec.pos(sid))])[0].tokens
-        used = blocks() - before
-        assert used == (0 if cycle in (0, 3, 5) else 1), cycle
+        for out in spec.execute([BatchInput(s, (history[s][-1],), spec.pos(s)) for s in live]):
+            history[out.sid] += out.tokens
+        # not taken: the first cycle, the two changes, and with several sessions the cycle
+        # of fewer and the one after it (queued for fewer)
+        unmatched = {0, 7, 8} if count > 1 else {0}
+        assert blocks() - before == (0 if cycle in unmatched | {3, 5} else 1), cycle
         cycle += 1
-    assert history[:26] == expected[:26]
-    assert taken[0] is False and all(taken[1:])  # queued at every verdict after the first
+    assert [history[s][:26] for s in sids] == [e[:26] for e in expected]
+    # queued at every verdict: each cycle of the same sessions found its block queued
+    assert [i for i, t in enumerate(taken) if not t] == sorted(unmatched)
 
 
 class TreeOracle:
