@@ -635,8 +635,8 @@ def cmd_dflash(args) -> None:
 def cycle_orders(args) -> list[str]:
     """--orders as a list: what a cycle queues before it waits (cmd_smollm2), in turn."""
     orders = args.orders.split(",")
-    if not set(orders) <= {"new", "early", "old"}:
-        raise SystemExit(f"--orders {args.orders!r}: expected new, early and/or old")
+    if not set(orders) <= {"new", "early", "ahead", "old"}:
+        raise SystemExit(f"--orders {args.orders!r}: expected new, early, ahead and/or old")
     return orders
 
 
@@ -705,9 +705,9 @@ def cmd_smollm2(args) -> None:
             llm.executor.drain_behind_verify = drain == "behind"
             # "new": the verify's tokens fetched before the drain behind it, and a lone
             # session's next draft block queued at the verdict; "early": the first only;
-            # "old": neither (as before 2026-12-04)
-            llm.executor.backend.drawn_first = order != "old"
-            llm.executor.queue_ahead = order == "new"
+            # "ahead": the second only; "old": neither (as before 2026-12-04)
+            llm.executor.backend.drawn_first = order in ("new", "early")
+            llm.executor.queue_ahead = order in ("new", "ahead")
             if args.speculate_sampled:
                 llm.executor.speculate_sampled = True
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
@@ -884,8 +884,8 @@ def main() -> None:
     commands.choices["smollm2"].add_argument(
         "--orders", default="new", help="what a speculative cycle queues before it waits, each "
         "in turn for every speculative setting: new (the verify's tokens fetched before the "
-        "drain behind it; a lone session's next draft block queued at the verdict), early (the "
-        "first only), old (neither, as before 2026-12-04), e.g. new,old,new,old")
+        "drain behind it; the next draft block queued at the verdict), early (the first only), "
+        "ahead (the second only), old (neither, as before 2026-12-04), e.g. new,old,new,old")
     commands.choices["smollm2"].add_argument("--batches", default="1,8",
                                              help="sessions generating at once, e.g. 1,2,4,8")
     commands.choices["smollm2"].add_argument(

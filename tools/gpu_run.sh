@@ -1037,7 +1037,7 @@ for line in sys.stdin:
       done
     done
     ;;
-  ahead)  # a cycle's verify tokens fetched before the drain behind it, and a lone session's
+  ahead)  # a cycle's verify tokens fetched before the drain behind it, and its sessions'
           # next draft block queued at the verdict (2026-12-04): the trees' and float16
           # speculation's GPU tests (FULL=1: all of tests/gpu), then the real SmolLM2 float16
           # with the LLM's defaults (trees of 15) at 1 and 2 sessions, the cycle orders
