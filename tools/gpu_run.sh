@@ -4,6 +4,7 @@
 # here, then `bash .gpu/pN/recv.sh` there for every part, in order). Results go under $OUT.
 #
 #   bash tools/gpu_run.sh ahead      # verify tokens before the drain, next block queued: A/B
+#   bash tools/gpu_run.sh timeline   # the device's busy and idle time in speculative rounds
 #   bash tools/gpu_run.sh top        # draft_block's tree choices as one TopLogSoftmax: tests, A/B
 #   bash tools/gpu_run.sh trees      # trees of proposals: GPU tests, real SmolLM2, flips
 #   bash tools/gpu_run.sh trees-sampled # the same greedy and at temperature 0.7, sampled speculating
@@ -1064,8 +1065,16 @@ for line in sys.stdin:
                                    'round_ms', 'host_probe_ms')}, calls)"
     done
     ;;
+  timeline)  # the device's own timeline of the real SmolLM2's speculative rounds (CUDA events
+             # around every engine run, tools/cycle_timeline.py): busy and idle time per run
+             # kind, with the cycle orders ORDERS (new,old,new,old) in turn
+    python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
+    python3 tools/cycle_timeline.py --draft "$SHIPPED" --prompts "${PROMPTS:-8}" \
+        --orders "${ORDERS:-new,old,new,old}" --work "$WORK" --out "$OUT/timeline.json" 2>&1 \
+        | grep -v "plugin EP" | grep "^{"
+    ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees|top|ahead" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees|top|ahead|timeline" >&2
     exit 2
     ;;
 esac

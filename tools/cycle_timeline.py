@@ -1,0 +1,126 @@
+"""Where a speculative round's time goes on the device: the real SmolLM2 on `ort-cuda` with
+CellAttention (the LLM's defaults: trees of 15), a CUDA event recorded on the device's stream
+before and after every engine run, so the device's own timeline comes back: how long each run
+kept the device busy (the verify, the drain behind it, the draft block) and how long the device
+sat idle before each, waiting for the host to queue it.
+
+    python tools/cycle_timeline.py --draft DRAFT [--prompts 8] [--tokens 96] [--orders new,old]
+        [--work DIR] [--out FILE]
+
+Each run is bracketed on the stream by events recorded just before and after its
+`run_with_iobinding`, so a run's span is its kernels (its staging copies and the commit after
+it fall in the gaps, a few microseconds each). A round is the span from one verify's end to
+the next's; per round, the medians of: each kind of run's device time, the device's idle time
+before it (how long the host took to queue it after the device had finished what was queued
+before), and the round. Recording the events adds a few microseconds of host time a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def kind_of(name: str, width: int | None, verify_width: int) -> str:
+    """A run's kind by its graph and its token width."""
+    if name.startswith("draft_block"):
+        return "block"
+    if name.startswith("draft_context"):
+        return "drain"
+    return "verify" if width == verify_width else "target"
+
+
+def summarize(spans: list[tuple[str, float, float]]) -> dict:
+    """Rounds from (kind, start ms, end ms) runs in stream order: from a verify's end to the
+    next verify's end, with a drain and a draft block between (rounds with anything else, a
+    prompt's end and the next one's prefill, are left out); medians of the round, of each
+    kind's busy time and of the device's idle time before each."""
+    verifies = [i for i, span in enumerate(spans) if span[0] == "verify"]
+    busy: dict[str, list[float]] = {}
+    idle: dict[str, list[float]] = {}
+    rounds = []
+    for a, b in zip(verifies, verifies[1:]):
+        if sorted(span[0] for span in spans[a + 1: b]) != ["block", "drain"]:
+            continue
+        rounds.append(spans[b][2] - spans[a][2])
+        previous_end = spans[a][2]
+        for kind, start_ms, end_ms in spans[a + 1: b + 1]:
+            busy.setdefault(kind, []).append(end_ms - start_ms)
+            idle.setdefault(kind, []).append(max(0.0, start_ms - previous_end))
+            previous_end = end_ms
+    if not rounds:
+        return {"rounds": 0}
+    return {"rounds": len(rounds), "round_ms": round(statistics.median(rounds), 4),
+            "busy_ms": {k: round(statistics.median(v), 4) for k, v in busy.items()},
+            "idle_before_ms": {k: round(statistics.median(v), 4) for k, v in idle.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--draft", type=Path, required=True)
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--orders", default="new,old")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/cellspec-timeline"))
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    import os
+
+    os.environ.setdefault("CELLSPEC_CUDA_ATTENTION", "cell")
+    from cellspec.llm import LLM, SamplingParams
+    from cellspec.runtime import device_engine
+    from tools.gpu_bench import export_real, held_out_prompts
+
+    folder = export_real(args)
+    prompts = held_out_prompts(args.prompts)
+    marks: list[tuple[str, int | None, object, object]] = []
+    original = device_engine.DeviceEngine._run
+
+    def bracketed(self, session, options):
+        device = self.device
+        start = device.cuda.Event()
+        start.record(device.stream)
+        original(self, session, options)
+        end = device.cuda.Event()
+        end.record(device.stream)
+        feeds = self.step_key[0] if self.step_key else ()
+        tokens = next((shape for name, shape, _ in feeds if name == "tokens"), None)
+        marks.append((self.path.name, None if tokens is None else int(tokens[-1]), start, end))
+
+    results = []
+    for order in args.orders.split(","):
+        llm = LLM(folder, backend="ort-cuda", max_sessions=8)
+        llm.executor.backend.drawn_first = order in ("new", "early")
+        llm.executor.queue_ahead = order in ("new", "ahead")
+        params = SamplingParams(max_tokens=args.tokens)
+        llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
+        device_engine.DeviceEngine._run = bracketed
+        marks.clear()
+        start = time.perf_counter()
+        tokens = sum(len(o.token_ids) for p in prompts for o in llm.generate([p], params))
+        seconds = time.perf_counter() - start
+        device_engine.DeviceEngine._run = original
+        llm.executor.backend.device.synchronize()
+        base = marks[0][2]
+        verify_width = llm.executor.tree_nodes + 1
+        spans = [(kind_of(name, width, verify_width), start.time_since(base),
+                  end.time_since(base)) for name, width, start, end in marks]
+        row = {"order": order, "tokens_per_s": tokens / seconds, **summarize(spans)}
+        print(json.dumps(row), flush=True)
+        results.append(row)
+        del llm
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
