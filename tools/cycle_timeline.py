@@ -18,7 +18,10 @@ before), and the round. Recording the events adds a few microseconds of host tim
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import statistics
 import sys
 import time
@@ -70,6 +73,9 @@ def main() -> None:
     parser.add_argument("--orders", default="new,old")
     parser.add_argument("--work", type=Path, default=Path("/tmp/cellspec-timeline"))
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--profile", type=Path, help="also a cProfile of each order's timed "
+                        "generation (host time by function, ONNX Runtime's and PyCUDA's calls "
+                        "included), written to PROFILE-ORDER.txt")
     args = parser.parse_args()
 
     import os
@@ -104,9 +110,21 @@ def main() -> None:
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
         device_engine.DeviceEngine._run = bracketed
         marks.clear()
+        profile = cProfile.Profile() if args.profile else None
         start = time.perf_counter()
+        if profile:
+            profile.enable()
         tokens = sum(len(o.token_ids) for p in prompts for o in llm.generate([p], params))
+        if profile:
+            profile.disable()
         seconds = time.perf_counter() - start
+        if profile:
+            text = io.StringIO()
+            for key in ("tottime", "cumulative"):
+                pstats.Stats(profile, stream=text).sort_stats(key).print_stats(50)
+            path = args.profile.with_name(f"{args.profile.name}-{order}-{len(results)}.txt")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text.getvalue())
         device_engine.DeviceEngine._run = original
         llm.executor.backend.device.synchronize()
         base = marks[0][2]

@@ -1067,10 +1067,12 @@ for line in sys.stdin:
     ;;
   timeline)  # the device's own timeline of the real SmolLM2's speculative rounds (CUDA events
              # around every engine run, tools/cycle_timeline.py): busy and idle time per run
-             # kind, with the cycle orders ORDERS (new,old,new,old) in turn
+             # kind, with the cycle orders ORDERS (new,old,new,old) in turn (PROFILE=1: and a
+             # cProfile of each, profile-ORDER-K.txt)
     python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
     python3 tools/cycle_timeline.py --draft "$SHIPPED" --prompts "${PROMPTS:-8}" \
-        --orders "${ORDERS:-new,old,new,old}" --work "$WORK" --out "$OUT/timeline.json" 2>&1 \
+        --orders "${ORDERS:-new,old,new,old}" --work "$WORK" --out "$OUT/timeline.json" \
+        ${PROFILE:+--profile "$OUT/profile"} 2>&1 \
         | grep -v "plugin EP" | grep "^{"
     ;;
   *)
