@@ -58,6 +58,9 @@ class _Done:
         pass
 
 
+_DONE = _Done()
+
+
 @dataclass
 class Buffer:
     """`nbytes` of device memory at the fixed address `ptr`."""
@@ -104,8 +107,8 @@ class HostDevice:
     def download_later(self, host: np.ndarray, ptr: int) -> None:
         host.reshape(-1).view(np.uint8)[:] = self._bytes(ptr, host.nbytes)
 
-    def mark(self) -> _Done:
-        return _Done()
+    def mark(self, reuse=None) -> _Done:
+        return _DONE
 
     def commit(self, pools: Buffer, news: Buffer, cells: Buffer, count: int,
                row_bytes: int) -> None:
@@ -188,9 +191,10 @@ class CudaDevice:
         """Device to page-locked `host`, on the stream: read it after a later mark's wait."""
         self.cuda.memcpy_dtoh_async(host, ptr, self.stream)
 
-    def mark(self):
-        """An event recorded on the stream now: `.synchronize()` waits for the work before it."""
-        event = self.cuda.Event()
+    def mark(self, reuse=None):
+        """An event recorded on the stream now: `.synchronize()` waits for the work before it.
+        `reuse`: an earlier mark nobody waits for any more, recorded again (no new event)."""
+        event = self.cuda.Event() if reuse is None else reuse
         event.record(self.stream)
         return event
 

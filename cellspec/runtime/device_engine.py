@@ -37,20 +37,22 @@ class Staging:
     def __init__(self, device, nbytes: int, count: int = 2) -> None:
         self.device, self.turn = device, 0
         self.buffers = [device.pinned(nbytes) for _ in range(count)]
-        self.marks: list = [None] * count
+        self.marks: list = [None] * count  # each buffer's event, recorded again at each copy
+        self.pending = [False] * count  # whether a copy from it may still be queued
 
     def take(self) -> np.ndarray:
         """The next buffer, free to write."""
         self.turn = (self.turn + 1) % len(self.buffers)
-        if self.marks[self.turn] is not None:
+        if self.pending[self.turn]:
             self.marks[self.turn].synchronize()
-            self.marks[self.turn] = None
+            self.pending[self.turn] = False
         return self.buffers[self.turn]
 
     def upload(self, buffer: Buffer, nbytes: int) -> None:
         """Queue the copy of the taken buffer's first `nbytes` to `buffer`."""
         self.device.upload(buffer, self.buffers[self.turn][:nbytes])
-        self.marks[self.turn] = self.device.mark()
+        self.marks[self.turn] = self.device.mark(self.marks[self.turn])
+        self.pending[self.turn] = True
 
 
 class _Session:

@@ -97,6 +97,8 @@ class OrtDeviceBackend(Backend):
         self.drawn_first = True
         self.drawn_host = device.pinned(8 * limits["R"])  # page-locked: those tokens
         self.drawn_memo: dict = {}  # (engine id, output, dims) -> its view of drawn_host
+        self.drawn_mark = self.fetched = None  # events recorded again at each use
+        self.pinned_views: dict = {}  # see _pinned_view
 
     def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
         return self.policy
@@ -154,9 +156,27 @@ class OrtDeviceBackend(Backend):
         def fetch() -> dict[str, np.ndarray] | None:
             if engine.runs != runs:
                 return None
-            return {name: engine.fetch(name, dims) for name in outputs}
+            # every output's copy queued to page-locked memory, then one wait for them all
+            hosts = {name: self._pinned_view(engine, name, dims) for name in outputs}
+            for name, host in hosts.items():
+                self.device.download_later(host, engine.buffers[name].ptr)
+            self.fetched = self.device.mark(self.fetched)
+            self.fetched.synchronize()
+            return {name: host.copy() for name, host in hosts.items()}
 
         return fetch
+
+    def _pinned_view(self, engine: DeviceEngine, name: str, dims: dict[str, int]) -> np.ndarray:
+        """Page-locked memory of the shape and type of output `name` at `dims`, one per
+        (engine, output, dims), kept (a queued block's few shapes repeat)."""
+        key = (id(engine), name, tuple(sorted(dims.items())))
+        if key not in self.pinned_views:
+            spec = engine.outputs[name]
+            shape = shape_of(spec.shape, dims)
+            nbytes = int(np.prod(shape)) * np.dtype(spec.dtype).itemsize
+            self.pinned_views[key] = (self.device.pinned(nbytes)[:nbytes].view(spec.dtype)
+                                      .reshape(shape), engine)  # the engine held: its id
+        return self.pinned_views[key][0]
 
     def _download_drawn(self, source: DeviceEngine, name: str, dims: dict[str, int]):
         """Queue the copy of the drawn tokens (`name` of `source` at `dims`) to page-locked
@@ -174,7 +194,8 @@ class OrtDeviceBackend(Backend):
         if host is None:
             return None
         self.device.download_later(host, source.buffers[name].ptr)
-        return host, self.device.mark()
+        self.drawn_mark = self.device.mark(self.drawn_mark)  # (waited for before the next)
+        return host, self.drawn_mark
 
     def _queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
                outputs: list[str], cells: np.ndarray | None, draw_output: str | None,
