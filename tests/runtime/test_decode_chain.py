@@ -57,14 +57,19 @@ class QueuedDevice(HostDevice):
             work()
         self.flushed = getattr(self, "flushed", 0) + count
 
-    def mark(self):
-        device, end = self, getattr(self, "flushed", 0) + len(self.queue)
+    def mark(self, reuse=None):
+        """The queue's end now; `reuse`: an earlier mark recorded again."""
+        mark = reuse if reuse is not None else QueuedMark(self)
+        mark.end = getattr(self, "flushed", 0) + len(self.queue)
+        return mark
 
-        class Mark:
-            def synchronize(self):
-                device.flush(max(0, end - device.flushed))
 
-        return Mark()
+class QueuedMark:
+    def __init__(self, device):
+        self.device, self.end = device, 0
+
+    def synchronize(self):
+        self.device.flush(max(0, self.end - self.device.flushed))
 
 
 def queued_backend(artifact, max_sessions):

@@ -24,6 +24,7 @@ from cellspec.runtime.trees import (
 )
 from cellspec.runtime.types import BatchInput
 
+from .test_decode_chain import queued_backend
 from .test_dflash_oracle import spec_decode
 from .test_executor import GREEDY, SAMPLED, prompts, run_alone
 from .test_ort_device import host_backend
@@ -226,18 +227,27 @@ def test_tree_speculation_equals_plain_decoding(dflash_artifact, sampling, count
     spec.draft.cache.check()
 
 
+def queued_tree_backend(artifact):
+    """tree_backend over test_decode_chain's QueuedDevice: nothing is done until waited for,
+    as on a stream, so a result read before its copy ran would be stale."""
+    backend = queued_backend(artifact, 4)
+    backend.exact_trees = True
+    return backend
+
+
+@pytest.mark.parametrize("make", [tree_backend, queued_tree_backend], ids=["host", "queued"])
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("count", [1, 3])
-def test_the_next_draft_block_is_queued_at_the_verdict(dflash_artifact, sampling, count):
+def test_the_next_draft_block_is_queued_at_the_verdict(dflash_artifact, sampling, count, make):
     """A tree cycle queues the next cycle's draft block of its sessions as soon as its verdict
     is in; the next cycle takes those choices, which equal a block run then, unless the draft
     changed in between (a session opened: its cache's version moved; another block ran: the
     outputs are that run's) or the cycle is of other sessions: then it runs its own. The text
-    is plain decoding's."""
+    is plain decoding's, also where the device runs its work only when waited for."""
     plain = plain_on_tree_backend(dflash_artifact)
     texts = prompts(count, seed=12)
     expected = [run_alone(plain, p, sampling, seed=5 + i, steps=30) for i, p in enumerate(texts)]
-    spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+    spec = DFlashExecutor.load(dflash_artifact, backend=make(dflash_artifact),
                                max_sessions=4, tree_nodes=7)
     taken, choices = [], spec._choices
 
