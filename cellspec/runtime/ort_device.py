@@ -95,8 +95,6 @@ class OrtDeviceBackend(Backend):
         # work, so that they come back when the run ends rather than when the work does (False:
         # after it, as before 2026-12-04; benchmarks compare the two)
         self.drawn_first = True
-        self.drawn_host = device.pinned(8 * limits["R"])  # page-locked: those tokens
-        self.drawn_memo: dict = {}  # (engine id, output, dims) -> its view of drawn_host
         self.drawn_mark = self.fetched = None  # events recorded again at each use
         self.pinned_views: dict = {}  # see _pinned_view
 
@@ -158,6 +156,8 @@ class OrtDeviceBackend(Backend):
                 return None
             # every output's copy queued to page-locked memory, then one wait for them all
             hosts = {name: self._pinned_view(engine, name, dims) for name in outputs}
+            if any(host is None for host in hosts.values()):
+                return {name: engine.fetch(name, dims) for name in outputs}
             for name, host in hosts.items():
                 self.device.download_later(host, engine.buffers[name].ptr)
             self.fetched = self.device.mark(self.fetched)
@@ -166,31 +166,29 @@ class OrtDeviceBackend(Backend):
 
         return fetch
 
-    def _pinned_view(self, engine: DeviceEngine, name: str, dims: dict[str, int]) -> np.ndarray:
-        """Page-locked memory of the shape and type of output `name` at `dims`, one per
-        (engine, output, dims), kept (a queued block's few shapes repeat)."""
-        key = (id(engine), name, tuple(sorted(dims.items())))
-        if key not in self.pinned_views:
-            spec = engine.outputs[name]
-            shape = shape_of(spec.shape, dims)
+    def _pinned_view(self, engine: DeviceEngine, name: str, dims: dict[str, int]
+                     ) -> np.ndarray | None:
+        """Page-locked memory of output `name`'s shape and type at `dims`, one per (engine,
+        output, shape), kept: a verify's and a queued block's few shapes repeat. None past
+        PINNED_VIEWS of them (many shapes, each seen once: the caller fetches as usual)."""
+        spec = engine.outputs[name]
+        shape = shape_of(spec.shape, dims)
+        key = (id(engine), name, shape)
+        view = self.pinned_views.get(key)
+        if view is None:
+            if len(self.pinned_views) >= PINNED_VIEWS:
+                return None
             nbytes = int(np.prod(shape)) * np.dtype(spec.dtype).itemsize
-            self.pinned_views[key] = (self.device.pinned(nbytes)[:nbytes].view(spec.dtype)
-                                      .reshape(shape), engine)  # the engine held: its id
-        return self.pinned_views[key][0]
+            view = (self.device.pinned(nbytes)[:nbytes].view(spec.dtype).reshape(shape),
+                    engine)  # the engine held: its id stays its own
+            self.pinned_views[key] = view
+        return view[0]
 
     def _download_drawn(self, source: DeviceEngine, name: str, dims: dict[str, int]):
         """Queue the copy of the drawn tokens (`name` of `source` at `dims`) to page-locked
         memory; returns that memory's view and the mark after which it holds them, or None
-        where they do not fit (then they are fetched after the work behind the run)."""
-        key = (id(source), name, tuple(sorted(dims.items())))
-        if key not in self.drawn_memo:  # (a verify's shapes repeat)
-            spec = source.outputs[name]
-            shape = shape_of(spec.shape, dims)
-            nbytes = int(np.prod(shape)) * np.dtype(spec.dtype).itemsize
-            self.drawn_memo[key] = (None if nbytes > self.drawn_host.nbytes else
-                                    self.drawn_host[:nbytes].view(spec.dtype).reshape(shape))
-            self.drawn_memo[key, "source"] = source  # held: its id stays its own
-        host = self.drawn_memo[key]
+        (then they are fetched after the work behind the run: see _pinned_view)."""
+        host = self._pinned_view(source, name, dims)
         if host is None:
             return None
         self.device.download_later(host, source.buffers[name].ptr)
@@ -330,6 +328,9 @@ class DeviceChain(Chain):
     def _host(self, step: int) -> np.ndarray:
         start = 8 * self.rows * step
         return self.backend.history_host[start: start + 8 * self.rows].view(np.int64)
+
+
+PINNED_VIEWS = 64  # page-locked output views kept (OrtDeviceBackend._pinned_view)
 
 
 def _draw_output(draws: Draws | None) -> str | None:

@@ -8,6 +8,7 @@ import pytest
 
 from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArgument
+from cellspec.runtime import ort_device
 from cellspec.runtime.bindings import GraphIds, evaluate, learn_dims, shape_of, step_dims
 from cellspec.runtime.device import HostDevice
 from cellspec.runtime.dflash import DFlashExecutor
@@ -112,14 +113,17 @@ def test_bound_speculation_equals_cpu_plain(dflash_artifact, sampling, attention
     assert all(int(shape.split("x")[1]) > widest for kind, shape in drains if kind == "dynamic")
 
 
-@pytest.mark.parametrize("drawn_first", [True, False])
+@pytest.mark.parametrize("drawn_first,views", [(True, 64), (False, 64), (True, 0)],
+                         ids=["first", "after", "no-page-locked-views-left"])
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 def test_a_verify_queues_its_tokens_for_the_host_before_the_drain_behind_it(
-        dflash_artifact, sampling, drawn_first):
+        dflash_artifact, sampling, drawn_first, views, monkeypatch):
     """A verify's drawn tokens are copied to page-locked memory in the device's order before
     the drain behind it is queued, so on a device they come back when the verify ends, not
-    when the drain does (drawn_first=False: fetched after the drain, as before); the text is
-    plain decoding's either way."""
+    when the drain does (drawn_first=False, or no page-locked view left for the shape: fetched
+    after the drain, as before); the text is plain decoding's either way."""
+    monkeypatch.setattr(ort_device, "PINNED_VIEWS", views)
+    first = drawn_first and views > 0  # whether the tokens should come before the drain
     plain = Executor.load(dflash_artifact, max_sessions=4)
     texts = prompts(2, seed=8)
     expected = [run_alone(plain, p, sampling, seed=3 + i, steps=12) for i, p in enumerate(texts)]
@@ -158,13 +162,13 @@ def test_a_verify_queues_its_tokens_for_the_host_before_the_drain_behind_it(
     assert spec.stats.rounds > 2
     # every drain runs behind a verify, whose tokens are queued for the host before it
     queued = events.count(("queued", "tokens"))
-    assert queued == (spec.stats.rounds if drawn_first else 0)
+    assert queued == (spec.stats.rounds if first else 0)
     drains = [i for i, (kind, _) in enumerate(events) if kind == "drain"]
     assert len(drains) == spec.stats.rounds + 1  # the prompts' at the first cycle's start
     for i in drains[1:]:
         before = [e for e in events[:i] if e[1] == "tokens"][-1]
         after = [e for e in events[i:] if e[1] == "tokens"]
-        if drawn_first:  # queued before the drain; nothing waited for after it
+        if first:  # queued before the drain; nothing waited for after it
             assert before == ("queued", "tokens") and after[:1] != [("fetched", "tokens")]
         else:
             assert after[0] == ("fetched", "tokens")
