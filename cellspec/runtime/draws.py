@@ -9,7 +9,6 @@ of cellspec.runtime.sampling, bit for bit.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +31,8 @@ class Draws:
     def num_rows(self) -> int:
         return self.temperature.size
 
-    @functools.cached_property
-    def is_greedy(self) -> bool:  # (asked several times a step; the columns are not changed)
+    @property
+    def is_greedy(self) -> bool:
         return bool(np.all(self.temperature == 0))
 
     def take(self, rows: np.ndarray) -> Draws:
