@@ -268,7 +268,11 @@ class DFlashExecutor(Executor):
         position = self.cache.pos(item.sid)
         return (item.produce_output and state.pending is not None
                 and item.tokens == (state.pending,) and item.position == position
-                and position + self.cycle_rows <= self.max_session_tokens)
+                and self._cycle_fits(position))
+
+    def _cycle_fits(self, position: int) -> bool:
+        """Whether a cycle's verify rows from `position` fit the session's budget."""
+        return position + self.cycle_rows <= self.max_session_tokens
 
     def _plain(self, items: list[BatchInput]) -> list[Output | None]:
         step = self.pack(items)
@@ -341,13 +345,12 @@ class DFlashExecutor(Executor):
                      bursts: list[tuple[int, ...]]) -> None:
         """After a tree verdict (the draft cache final), queue the next cycle's draft block
         of the same sessions, where each could speculate again and one block call holds them
-        (`queue_ahead`)."""
-        if (not self.queue_ahead or self.proposer is not self.draft
-                or len(requests) > self.draft.method.max_owners):
+        (`queue_ahead`; DraftModel.queue_choices refuses more than one call holds)."""
+        if not self.queue_ahead or self.proposer is not self.draft:
             return
         after = [ProposalRequest(r.sid, burst[-1], r.position + len(path))
                  for r, path, burst in zip(requests, paths, bursts)]
-        if all(a.position + self.cycle_rows <= self.max_session_tokens for a in after):
+        if all(self._cycle_fits(a.position) for a in after):
             take = self.draft.queue_choices(after, self.n_draft)
             self._ahead = None if take is None else (after, take)
 

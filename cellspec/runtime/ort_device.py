@@ -95,7 +95,7 @@ class OrtDeviceBackend(Backend):
         # work, so that they come back when the run ends rather than when the work does (False:
         # after it, as before 2026-12-04; benchmarks compare the two)
         self.drawn_first = True
-        self.drawn_mark = self.fetched = None  # events recorded again at each use
+        self.copied = None  # the event of _download_later, recorded again at each use
         self.pinned_views: dict = {}  # see _pinned_view
 
     def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
@@ -126,14 +126,13 @@ class OrtDeviceBackend(Backend):
         early = None
         if meanwhile is not None:  # queued behind this run (where in_order) as it runs
             if drawn is not None and self.drawn_first:
-                early = self._download_drawn(*drawn)
+                source, name, source_dims = drawn
+                early = self._download_later(source, [name], source_dims)
             meanwhile()  # (its runs time their own phases)
             clock = _Clock(self.timings)
         result = {}
         if early is not None:  # the run's tokens, without waiting for the work behind it
-            host, done = early
-            done.synchronize()
-            result[DRAWN] = host.copy()
+            result[DRAWN] = early()[name]
         elif drawn is not None:
             source, name, source_dims = drawn
             result[DRAWN] = source.fetch(name, source_dims)
@@ -154,17 +153,31 @@ class OrtDeviceBackend(Backend):
         def fetch() -> dict[str, np.ndarray] | None:
             if engine.runs != runs:
                 return None
-            # every output's copy queued to page-locked memory, then one wait for them all
-            hosts = {name: self._pinned_view(engine, name, dims) for name in outputs}
-            if any(host is None for host in hosts.values()):
+            copied = self._download_later(engine, outputs, dims)
+            if copied is None:
                 return {name: engine.fetch(name, dims) for name in outputs}
-            for name, host in hosts.items():
-                self.device.download_later(host, engine.buffers[name].ptr)
-            self.fetched = self.device.mark(self.fetched)
-            self.fetched.synchronize()
-            return {name: host.copy() for name, host in hosts.items()}
+            return copied()
 
         return fetch
+
+    def _download_later(self, engine: DeviceEngine, outputs: list[str], dims: dict[str, int]
+                        ) -> Callable[[], dict[str, np.ndarray]] | None:
+        """Queue the copies of `outputs` (of `engine` at `dims`) to page-locked memory, and
+        return the call that waits for them all at once (one event) and gives them; None where
+        a shape has no page-locked view (see _pinned_view: the caller fetches as usual)."""
+        hosts = {name: self._pinned_view(engine, name, dims) for name in outputs}
+        if any(host is None for host in hosts.values()):
+            return None
+        for name, host in hosts.items():
+            self.device.download_later(host, engine.buffers[name].ptr)
+        # one event, recorded again each time: every copy is waited for before the next
+        self.copied = done = self.device.mark(self.copied)
+
+        def wait() -> dict[str, np.ndarray]:
+            done.synchronize()
+            return {name: host.copy() for name, host in hosts.items()}
+
+        return wait
 
     def _pinned_view(self, engine: DeviceEngine, name: str, dims: dict[str, int]
                      ) -> np.ndarray | None:
@@ -183,17 +196,6 @@ class OrtDeviceBackend(Backend):
                     engine)  # the engine held: its id stays its own
             self.pinned_views[key] = view
         return view[0]
-
-    def _download_drawn(self, source: DeviceEngine, name: str, dims: dict[str, int]):
-        """Queue the copy of the drawn tokens (`name` of `source` at `dims`) to page-locked
-        memory; returns that memory's view and the mark after which it holds them, or None
-        (then they are fetched after the work behind the run: see _pinned_view)."""
-        host = self._pinned_view(source, name, dims)
-        if host is None:
-            return None
-        self.device.download_later(host, source.buffers[name].ptr)
-        self.drawn_mark = self.device.mark(self.drawn_mark)  # (waited for before the next)
-        return host, self.drawn_mark
 
     def _queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
                outputs: list[str], cells: np.ndarray | None, draw_output: str | None,
