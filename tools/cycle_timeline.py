@@ -83,8 +83,9 @@ def main() -> None:
     os.environ.setdefault("CELLSPEC_CUDA_ATTENTION", "cell")
     from cellspec.llm import LLM, SamplingParams
     from cellspec.runtime import device_engine
-    from tools.gpu_bench import export_real, held_out_prompts
+    from tools.gpu_bench import cycle_orders, export_real, held_out_prompts, set_cycle_order
 
+    orders = cycle_orders(args)  # (refused before the export)
     folder = export_real(args)
     prompts = held_out_prompts(args.prompts)
     marks: list[tuple[str, int | None, object, object]] = []
@@ -102,10 +103,9 @@ def main() -> None:
         marks.append((self.path.name, None if tokens is None else int(tokens[-1]), start, end))
 
     results = []
-    for order in args.orders.split(","):
+    for order in orders:
         llm = LLM(folder, backend="ort-cuda", max_sessions=8)
-        llm.executor.backend.drawn_first = order in ("new", "early")
-        llm.executor.queue_ahead = order in ("new", "ahead")
+        set_cycle_order(llm.executor, order)
         params = SamplingParams(max_tokens=args.tokens)
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
         device_engine.DeviceEngine._run = bracketed

@@ -640,6 +640,14 @@ def cycle_orders(args) -> list[str]:
     return orders
 
 
+def set_cycle_order(executor, order: str) -> None:
+    """One of --orders on a DFlash executor: "new", the verify's tokens fetched before the
+    drain behind it and the next draft block queued at the verdict; "early", the first only;
+    "ahead", the second only; "old", neither (as before 2026-12-04)."""
+    executor.backend.drawn_first = order in ("new", "early")
+    executor.queue_ahead = order in ("new", "ahead")
+
+
 def drain_modes(args) -> list[str]:
     """--drains as a list: when a DFlash cycle drains its verify's rows, in turn."""
     drains = args.drains.split(",")
@@ -703,11 +711,7 @@ def cmd_smollm2(args) -> None:
                   draft_threshold=threshold, chain_steps=chain_steps, tree_nodes=tree)
         if speculation:  # "behind": drain the verify's rows as it runs; "first": next cycle
             llm.executor.drain_behind_verify = drain == "behind"
-            # "new": the verify's tokens fetched before the drain behind it, and a lone
-            # session's next draft block queued at the verdict; "early": the first only;
-            # "ahead": the second only; "old": neither (as before 2026-12-04)
-            llm.executor.backend.drawn_first = order in ("new", "early")
-            llm.executor.queue_ahead = order in ("new", "ahead")
+            set_cycle_order(llm.executor, order)
             if args.speculate_sampled:
                 llm.executor.speculate_sampled = True
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
