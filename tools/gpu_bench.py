@@ -635,17 +635,30 @@ def cmd_dflash(args) -> None:
 def cycle_orders(args) -> list[str]:
     """--orders as a list: what a cycle queues before it waits (cmd_smollm2), in turn."""
     orders = args.orders.split(",")
-    if not set(orders) <= {"new", "early", "ahead", "old"}:
-        raise SystemExit(f"--orders {args.orders!r}: expected new, early, ahead and/or old")
+    if not set(orders) <= set(CYCLE_ORDERS):
+        raise SystemExit(f"--orders {args.orders!r}: expected one or more of "
+                         f"{', '.join(CYCLE_ORDERS)}")
     return orders
 
 
+# what each --orders name turns on: (drawn_first, queue_ahead, verify_ahead)
+CYCLE_ORDERS = {"verify": (True, True, True), "new": (True, True, False),
+                "early": (True, False, False), "ahead": (False, True, False),
+                "old": (False, False, False)}
+
+
 def set_cycle_order(executor, order: str) -> None:
-    """One of --orders on a DFlash executor: "new", the verify's tokens fetched before the
-    drain behind it and the next draft block queued at the verdict; "early", the first only;
-    "ahead", the second only; "old", neither (as before 2026-12-04)."""
-    executor.backend.drawn_first = order in ("new", "early")
-    executor.queue_ahead = order in ("new", "ahead")
+    """One of --orders on a DFlash executor: "verify" (the default since 2026-12-04's second
+    sitting), the next cycle's verify queued at the verdict with its draft block, the
+    verify's tokens fetched before the drain behind it; "new", those two without the verify
+    queued ahead (the first sitting's default); "early", the tokens first only; "ahead", the
+    block queued ahead only; "old", none (as before 2026-12-04)."""
+    if order not in CYCLE_ORDERS:
+        raise SystemExit(f"cycle order {order!r}: expected one of {', '.join(CYCLE_ORDERS)}")
+    drawn_first, queue_ahead, verify_ahead = CYCLE_ORDERS[order]
+    executor.backend.drawn_first = drawn_first
+    executor.queue_ahead = queue_ahead
+    executor.verify_ahead = verify_ahead
 
 
 def drain_modes(args) -> list[str]:
@@ -886,10 +899,12 @@ def main() -> None:
             "turn for every speculative setting: behind (as the verify runs) or first (at the "
             "next cycle's start, as before 2026-12-02), e.g. behind,first,behind,first")
     commands.choices["smollm2"].add_argument(
-        "--orders", default="new", help="what a speculative cycle queues before it waits, each "
-        "in turn for every speculative setting: new (the verify's tokens fetched before the "
-        "drain behind it; the next draft block queued at the verdict), early (the first only), "
-        "ahead (the second only), old (neither, as before 2026-12-04), e.g. new,old,new,old")
+        "--orders", default="verify", help="what a speculative cycle queues before it waits, "
+        "each in turn for every speculative setting: verify (the default: the next draft block "
+        "and the next verify queued at the verdict, the verify's tokens fetched before the "
+        "drain behind it), new (as verify, without the next verify), early (the tokens first "
+        "only), ahead (the next block only), old (none, as before 2026-12-04), e.g. "
+        "verify,new,verify,new")
     commands.choices["smollm2"].add_argument("--batches", default="1,8",
                                              help="sessions generating at once, e.g. 1,2,4,8")
     commands.choices["smollm2"].add_argument(

@@ -1039,11 +1039,12 @@ for line in sys.stdin:
     done
     ;;
   ahead)  # a cycle's verify tokens fetched before the drain behind it, and its sessions'
-          # next draft block queued at the verdict (2026-12-04): the trees' and float16
-          # speculation's GPU tests (FULL=1: all of tests/gpu), then the real SmolLM2 float16
-          # with the LLM's defaults (trees of 15) at 1 and 2 sessions, the cycle orders
-          # ORDERS (new,old,new,old) in turn, ROUNDS (2) processes; each row with its
-          # draft_block and verify ms a call and its host probe
+          # next draft block (2026-12-04) and next verify (2026-12-04, second sitting) queued
+          # at the verdict: the trees' and float16 speculation's GPU tests (FULL=1: all of
+          # tests/gpu; SKIP_TESTS=1: none), then the real SmolLM2 float16 with the LLM's
+          # defaults (trees of 15) at BATCHES (1,2) sessions, the cycle orders ORDERS
+          # (verify,new,verify,new; tools/gpu_bench.py --orders) in turn, ROUNDS (2)
+          # processes; each row with its draft_block and verify ms a call and its host probe
     python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
     if [ -n "${FULL:-}" ]; then
       gpu_tests
@@ -1055,7 +1056,7 @@ for line in sys.stdin:
     for round in $(seq "${ROUNDS:-2}"); do
       CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
           --draft "$SHIPPED" --batches "${BATCHES:-1,2}" --tokens 96 \
-          --orders "${ORDERS:-new,old,new,old}" --out "$OUT/ahead-$round" --work "$WORK" 2>&1 \
+          --orders "${ORDERS:-verify,new,verify,new}" --out "$OUT/ahead-$round" --work "$WORK" 2>&1 \
           | grep -v "plugin EP" | grep "^{" | python3 -c "import json, sys
 for line in sys.stdin:
     row = json.loads(line)
@@ -1067,11 +1068,11 @@ for line in sys.stdin:
     ;;
   timeline)  # the device's own timeline of the real SmolLM2's speculative rounds (CUDA events
              # around every engine run, tools/cycle_timeline.py): busy and idle time per run
-             # kind, with the cycle orders ORDERS (new,old,new,old) in turn (PROFILE=1: and a
+             # kind, with the cycle orders ORDERS (verify,new,verify,new) in turn (PROFILE=1: and a
              # cProfile of each, profile-ORDER-K.txt)
     python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
     python3 tools/cycle_timeline.py --draft "$SHIPPED" --prompts "${PROMPTS:-8}" \
-        --orders "${ORDERS:-new,old,new,old}" --work "$WORK" --out "$OUT/timeline.json" \
+        --orders "${ORDERS:-verify,new,verify,new}" --work "$WORK" --out "$OUT/timeline.json" \
         ${PROFILE:+--profile "$OUT/profile"} 2>&1 \
         | grep -v "plugin EP" | grep "^{"
     ;;

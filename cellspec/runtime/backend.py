@@ -117,6 +117,9 @@ class Backend(ABC):
     # steps of their paths: the target's attention keys each new token by its position (only
     # CellAttention does; the CPU's by-position form has one key per position and row)
     exact_trees = False
+    # True where `launch` queues a run and returns before it ends (OrtDeviceBackend), so that
+    # a caller can queue a step and finish it later (DFlashExecutor.verify_ahead)
+    launches = False
 
     def start_chain(self, steps: int, rows: int) -> Chain:
         """A chain of `steps` decode steps of `rows` sessions, whose drawn tokens stay where the

@@ -50,6 +50,7 @@ from cellspec.errors import InvalidArgument
 from cellspec.manifest_fields import is_int
 from cellspec.runtime.backend import Backend
 from cellspec.runtime.draft import DraftModel, ProposalRequest
+from cellspec.runtime.draws import Draws
 from cellspec.runtime.executor import Executor, load_parts
 from cellspec.runtime.sampling import accept_count
 from cellspec.runtime.sessions import DraftState, Session
@@ -59,6 +60,7 @@ from cellspec.runtime.spec_options import (
     check_speculate_sampled,
     confident_length,
 )
+from cellspec.runtime.target import ForwardResult, TreeStep
 from cellspec.runtime.trees import DraftTree, grow_tree, walk
 from cellspec.runtime.types import BatchInput, Output
 
@@ -83,6 +85,21 @@ class SpecStats:
         return (self.accepted + self.cycles) / self.cycles if self.cycles else 0.0
 
 
+@dataclass
+class _VerifyAhead:
+    """A verify queued at a tree cycle's verdict for the next cycle (`verify_ahead`), with
+    what must not have changed for that cycle to take it."""
+
+    requests: list[ProposalRequest]
+    nodes: int
+    version: int  # the target cache's, which its plan was made against
+    draft_version: int
+    runs: int | None  # the target engine's runs after it
+    samplings: list[tuple]  # each session's (sampling, seed)
+    trees: list[DraftTree]
+    finish: Callable[[Callable[[], None] | None], ForwardResult]
+
+
 class DFlashExecutor(Executor):
     # False: a cycle's verified rows wait for the next cycle's drain (the order before
     # 2026-12-02; the same text), for benchmarks that compare the two in one process
@@ -93,6 +110,12 @@ class DFlashExecutor(Executor):
     # at the same anchors and the draft has not changed; False: each cycle runs its own block
     # (as before 2026-12-04), for benchmarks that compare the two in one process
     queue_ahead = True
+    # with queue_ahead, a tree cycle also queues the next cycle's verify at its verdict (on a
+    # backend that `launches`): it waits for the block queued ahead, grows the trees and
+    # queues the verify uncommitted, so that the return to the caller and the next call run
+    # behind it; the next cycle finishes it if it is of the same sessions at the same anchors
+    # and nothing changed since, else drops it (False: as before 2026-12-04's second sitting)
+    verify_ahead = True
 
     def __init__(self, *args, draft: DraftModel | None = None,
                  proposer: Proposer | None = None, n_draft: int | None = None,
@@ -129,6 +152,8 @@ class DFlashExecutor(Executor):
         self.stats = SpecStats()
         # the next cycle's draft block, queued: (its request, the call that takes its choices)
         self._ahead: tuple[list[ProposalRequest], Callable] | None = None
+        # the next cycle's verify, queued at the last verdict (see _launch_verify)
+        self._ahead_verify: _VerifyAhead | None = None
 
     def _check_tree_nodes(self, nodes: int | None) -> int | None:
         """None (chains), or an int in [2, widest step - 1] where trees can be verified
@@ -303,30 +328,29 @@ class DFlashExecutor(Executor):
     def _speculate_tree(self, requests: list[ProposalRequest]) -> list[tuple[int, ...]]:
         """Each owner's tree of `tree_nodes` proposals (runtime/trees.py) verified in one
         target step; the accepted path is kept, the other rows leave the cache."""
-        sids = [r.sid for r in requests]
         nodes = self.tree_nodes
         if self.max_verify_rows is not None:
             nodes = max(1, min(nodes, self.max_verify_rows // len(requests) - 1))
-        # the verify is planned first: where this cycle's block was queued ahead, the host
-        # plans while the device runs the block
-        step = self.target.plan_tree(np.array(sids, np.int64), nodes + 1)
-        ids, logp = self._choices(requests)  # [O, n, k]
-        trees = [grow_tree(ids[o], logp[o], nodes) for o in range(len(requests))]
-        width = trees[0].rows
-        if width != step.width:  # fewer choices than nodes: a smaller tree
-            step = self.target.plan_tree(np.array(sids, np.int64), width)
-        tokens = np.array([[r.anchor, *t.tokens] for r, t in zip(requests, trees)], np.int64)
-        parents = np.stack([t.parents for t in trees])
-        # each row drawn with the uniform of the position after it, as plain decoding would
-        positions = [r.position + int(d) + 1 for r, t in zip(requests, trees) for d in t.depths]
-        draws = self.draws([sid for sid in sids for _ in range(width)], positions)
         # while the verify runs, every row of every tree goes into the draft cache as into
         # the target's: in row order, each keyed at its depth's position (draft_context is
         # row-wise, so a row's keys are what its position would give on the accepted path);
         # after the verdict both caches keep the accepted path, and the next cycle has
         # nothing to drain first
-        result = self.target.forward_tree(step, tokens, parents, draws,
-                                          meanwhile=lambda: self._drain_trees(requests, trees))
+        ahead = self._verify_taken(requests, nodes)
+        if ahead is not None:  # queued at the last cycle's verdict: running already
+            trees = ahead.trees
+            result = ahead.finish(lambda: self._drain_trees(requests, trees))
+        else:
+            # the verify is planned first: where this cycle's block was queued ahead, the
+            # host plans while the device runs the block
+            step = self.target.plan_tree(np.array([r.sid for r in requests], np.int64),
+                                         nodes + 1)
+            step, trees, tokens, parents, draws = self._tree_verify(
+                requests, nodes, step, *self._choices(requests))
+            result = self.target.forward_tree(step, tokens, parents, draws,
+                                              meanwhile=lambda: self._drain_trees(requests,
+                                                                                  trees))
+        width = trees[0].rows
         paths, bursts = [], []
         for owner, (request, tree) in enumerate(zip(requests, trees)):
             path, burst = walk(tree, result.tokens[owner * width: (owner + 1) * width])
@@ -336,23 +360,84 @@ class DFlashExecutor(Executor):
             self._count(len(path) - 1, width - 1)
             paths.append(path)
             bursts.append(burst)
-        self._queue_ahead(requests, paths, bursts)
+        after = self._queue_ahead(requests, paths, bursts)
         for request, path in zip(requests, paths):  # (host work only: after the queueing)
             self.cache.keep_path(request.sid, request.position, path)
+        if after is not None:
+            self._launch_verify(after, nodes)
         return bursts
 
+    def _tree_verify(self, requests: list[ProposalRequest], nodes: int, step: TreeStep,
+                     ids: np.ndarray, logp: np.ndarray
+                     ) -> tuple[TreeStep, list[DraftTree], np.ndarray, np.ndarray, Draws]:
+        """The verify of each owner's tree grown from its choices ids/logp [O, n, k]: its
+        step (`step`, planned for nodes + 1 rows, or planned again where fewer choices give
+        a smaller tree), the trees, their rows' tokens and parents [O, rows], the draws."""
+        trees = [grow_tree(ids[o], logp[o], nodes) for o in range(len(requests))]
+        width = trees[0].rows
+        if width != step.width:  # fewer choices than nodes: a smaller tree
+            step = self.target.plan_tree(step.plan.seq_ids[: step.owners], width)
+        tokens = np.array([[r.anchor, *t.tokens] for r, t in zip(requests, trees)], np.int64)
+        parents = np.stack([t.parents for t in trees])
+        # each row drawn with the uniform of the position after it, as plain decoding would
+        positions = [r.position + int(d) + 1 for r, t in zip(requests, trees) for d in t.depths]
+        draws = self.draws([r.sid for r in requests for _ in range(width)], positions)
+        return step, trees, tokens, parents, draws
+
+    def _launch_verify(self, after: list[ProposalRequest], nodes: int) -> None:
+        """At a tree verdict, after the next cycle's block was queued (`_queue_ahead`, whose
+        requests are `after`): take its choices and queue the next cycle's verify too, left
+        uncommitted (TargetModel.launch_tree), so that the host's return to the caller and
+        the next call run behind it (`verify_ahead`). The next cycle finishes it where
+        `_verify_taken` says it is still that cycle's verify."""
+        if not (self.verify_ahead and self.backend.launches and self._ahead is not None):
+            return
+        step = self.target.plan_tree(np.array([r.sid for r in after], np.int64), nodes + 1)
+        choices = self._choices(after)  # the block queued ahead
+        step, trees, tokens, parents, draws = self._tree_verify(after, nodes, step, *choices)
+        finish = self.target.launch_tree(step, tokens, parents, draws)
+        self._ahead_verify = _VerifyAhead(
+            after, nodes, step.plan.version, self.draft.cache.version, self._target_runs(),
+            self._samplings(after), trees, finish)
+
+    def _verify_taken(self, requests: list[ProposalRequest], nodes: int
+                      ) -> _VerifyAhead | None:
+        """The verify queued at the last cycle's verdict, where it is this cycle's: the same
+        sessions at the same anchors and positions, the same tree size, and since then no
+        change to either cache, no other run of the target, the same sampling for every
+        session. Else None: it is dropped (it changed nothing the caches hold)."""
+        ahead, self._ahead_verify = self._ahead_verify, None
+        if ahead is None or ahead.requests != requests or ahead.nodes != nodes:
+            return None
+        if (ahead.version != self.cache.version
+                or ahead.draft_version != self.draft.cache.version
+                or ahead.runs != self._target_runs()
+                or ahead.samplings != self._samplings(requests)):
+            return None
+        return ahead
+
+    def _target_runs(self) -> int | None:
+        return getattr(self.target.engine, "runs", None)
+
+    def _samplings(self, requests: list[ProposalRequest]) -> list[tuple]:
+        sessions = self.sessions.sessions
+        return [(sessions[r.sid].sampling, sessions[r.sid].seed) for r in requests]
+
     def _queue_ahead(self, requests: list[ProposalRequest], paths: list[list[int]],
-                     bursts: list[tuple[int, ...]]) -> None:
+                     bursts: list[tuple[int, ...]]) -> list[ProposalRequest] | None:
         """After a tree verdict (the draft cache final), queue the next cycle's draft block
         of the same sessions, where each could speculate again and one block call holds them
-        (`queue_ahead`; DraftModel.queue_choices refuses more than one call holds)."""
+        (`queue_ahead`; DraftModel.queue_choices refuses more than one call holds); returns
+        the next cycle's requests where it did."""
         if not self.queue_ahead or self.proposer is not self.draft:
-            return
+            return None
         after = [ProposalRequest(r.sid, burst[-1], r.position + len(path))
                  for r, path, burst in zip(requests, paths, bursts)]
-        if all(self._cycle_fits(a.position) for a in after):
-            take = self.draft.queue_choices(after, self.n_draft)
-            self._ahead = None if take is None else (after, take)
+        if not all(self._cycle_fits(a.position) for a in after):
+            return None
+        take = self.draft.queue_choices(after, self.n_draft)
+        self._ahead = None if take is None else (after, take)
+        return None if take is None else after
 
     def _choices(self, requests: list[ProposalRequest]) -> tuple[np.ndarray, np.ndarray]:
         """The proposer's top choices for `requests` (propose_choices): the block queued ahead

@@ -69,6 +69,7 @@ class OrtDeviceBackend(Backend):
     target's logits when a step draws with a temperature."""
 
     runs_ahead = True
+    launches = True
 
     def __init__(self, name: str, device, providers: list, limits: dict[str, int],
                  policy: ShapePolicy, sampler: Path | None = None,
@@ -118,27 +119,46 @@ class OrtDeviceBackend(Backend):
             draws: Draws | None = None, static: bool = False,
             gather: Gather | None = None,
             meanwhile: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+        finish = self.launch(engine, pools, feeds, outputs, cells, draws, static, gather,
+                             early=meanwhile is not None)
+        return finish(meanwhile)
+
+    def launch(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
+               outputs: list[str], cells: np.ndarray | None = None,
+               draws: Draws | None = None, static: bool = False,
+               gather: Gather | None = None, early: bool = True
+               ) -> Callable[[Callable[[], None] | None], dict[str, np.ndarray]]:
+        """Queue what `run` runs (staging, run, commit, draw) and return the call that
+        finishes it: `finish(meanwhile)` calls `meanwhile` (its runs go behind this one) and
+        gives what `run` gives. `early`: the drawn tokens' copy to page-locked memory is
+        queued now (`drawn_first`), so they come back when the run ends, whatever is queued
+        behind it. The caller finishes before the engine (or the sampler) runs again: their
+        output buffers are this run's until then."""
         dims = self._queue(engine, pools, feeds, outputs, cells, _draw_output(draws), static,
                            gather)
         clock = _Clock(self.timings)
         drawn = None if draws is None else self._drawn(engine, dims, draws, static)
         clock.lap("draw")
-        early = None
-        if meanwhile is not None:  # queued behind this run (where in_order) as it runs
-            if drawn is not None and self.drawn_first:
-                source, name, source_dims = drawn
-                early = self._download_later(source, [name], source_dims)
-            meanwhile()  # (its runs time their own phases)
-            clock = _Clock(self.timings)
-        result = {}
-        if early is not None:  # the run's tokens, without waiting for the work behind it
-            result[DRAWN] = early()[name]
-        elif drawn is not None:
+        copied = None
+        if drawn is not None and early and self.drawn_first:
             source, name, source_dims = drawn
-            result[DRAWN] = source.fetch(name, source_dims)
-        result |= {name: engine.fetch(name, dims) for name in outputs}
-        clock.lap("fetch")
-        return result
+            copied = self._download_later(source, [name], source_dims)
+
+        def finish(meanwhile: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+            if meanwhile is not None:  # queued behind this run (where in_order) as it runs
+                meanwhile()  # (its runs time their own phases)
+            clock = _Clock(self.timings)
+            result = {}
+            if copied is not None:  # the run's tokens, without waiting for the work behind it
+                result[DRAWN] = copied()[drawn[1]]
+            elif drawn is not None:
+                source, name, source_dims = drawn
+                result[DRAWN] = source.fetch(name, source_dims)
+            result |= {name: engine.fetch(name, dims) for name in outputs}
+            clock.lap("fetch")
+            return result
+
+        return finish
 
     def queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
               outputs: list[str], static: bool = False

@@ -140,6 +140,34 @@ class TargetModel:
         out = self._run(step.plan, step.shape, tokens, step.slots, draws, meanwhile, tree)
         return ForwardResult(out[DRAWN], None)
 
+    def launch_tree(self, step: TreeStep, tokens: np.ndarray, tree: np.ndarray, draws: Draws
+                    ) -> Callable[[Callable[[], None] | None], ForwardResult]:
+        """Queue the verify `forward_tree` would run, without committing its plan or waiting
+        for it (only where the backend `launches`). The call returned finishes it: it commits
+        the plan (the cache must still be at the plan's version: nothing changed it since, and
+        nothing else ran this engine), calls `meanwhile` behind the verify and gives what
+        forward_tree would. Left unfinished, the verify changes nothing the cache holds: its
+        keys, values and taps went to cells that stay free."""
+        assert tokens.shape == tree.shape == (step.owners, step.width), "the planned rows"
+        assert self.backend.launches, f"backend {self.backend.name} does not launch runs"
+        start = time.perf_counter()
+        feeds, spread = self._feeds(step.plan, step.shape, tokens, step.slots, draws, tree)
+        finish = self.backend.launch(self.engine, self.run_pools, feeds, [], step.plan.cells,
+                                     spread, static=step.shape.is_static)
+        seconds = time.perf_counter() - start
+
+        def done(meanwhile: Callable[[], None] | None = None) -> ForwardResult:
+            start = time.perf_counter()
+            self.cache.commit_step(step.plan)
+            drawn = finish(meanwhile)[DRAWN]
+            if step.shape.is_static:
+                drawn = drawn[step.slots]
+            self.stats[step.shape.label].add(int(step.plan.counts.sum()),
+                                             seconds + time.perf_counter() - start)
+            return ForwardResult(drawn, None)
+
+        return done
+
     def _plan(self, seqs: np.ndarray, width: int) -> tuple[StepPlan, PieceShape]:
         """A step of `width` tokens for each of seqs, padded as the shape policy says."""
         rows = seqs.size

@@ -201,22 +201,44 @@ def test_tree_speculation_equals_plain_with_cell_attention(
     assert spec.stats.proposed == 15 * spec.stats.cycles
 
 
+def recording(obj, name: str) -> list:
+    """What obj.name returns from now on, call by call."""
+    results, method = [], getattr(obj, name)
+
+    def record(*args):
+        results.append(method(*args))
+        return results[-1]
+
+    setattr(obj, name, record)
+    return results
+
+
 @pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
 def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
         sampling, cell_library, monkeypatch, tmp_path_factory, smollm2_gguf):
     """One session at a time, as `LLM` speculates on the device: each tree cycle queues the
     next cycle's draft block at its verdict and fetches its verify's tokens before the drain
     behind it; every prompt's 48 tokens are plain decoding's, and the queued blocks were the
-    ones taken."""
+    ones taken. With `verify_ahead` (the default) the verdict also takes the block's choices
+    and queues the next verify, which every cycle but a prompt's first finishes; without it,
+    each cycle takes the block queued at the last verdict and runs its own verify."""
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
     monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
     out = speculation_artifact(tmp_path_factory, smollm2_gguf, "float16")
     ids = prompt_ids(out)
     plain = Executor.load(out, backend="ort-cuda", max_sessions=4)
-    spec = DFlashExecutor.load(out, backend="ort-cuda", max_sessions=4, tree_nodes=15)
-    assert spec.queue_ahead and spec.backend.drawn_first
-    for i, prompt in enumerate(ids):
-        assert decode(spec, [prompt], sampling, 48, [i]) == decode(plain, [prompt], sampling,
-                                                                    48, [i])
-    ahead = sum(s.calls for k, s in spec.draft.stats.items() if k.endswith(" ahead"))
-    assert spec.stats.accepted > 0 and ahead == spec.stats.rounds - len(ids)  # all but firsts
+    expected = [decode(plain, [prompt], sampling, 48, [i]) for i, prompt in enumerate(ids)]
+    for verify_ahead in (True, False):
+        spec = DFlashExecutor.load(out, backend="ort-cuda", max_sessions=4, tree_nodes=15)
+        assert spec.queue_ahead and spec.backend.drawn_first and spec.verify_ahead
+        spec.verify_ahead = verify_ahead
+        taken = recording(spec, "_verify_taken")
+        for i, prompt in enumerate(ids):
+            assert decode(spec, [prompt], sampling, 48, [i]) == expected[i]
+        ahead = sum(s.calls for k, s in spec.draft.stats.items() if k.endswith(" ahead"))
+        finished = sum(t is not None for t in taken)
+        assert spec.stats.accepted > 0
+        if verify_ahead:  # every verdict takes its block; every cycle but the firsts its verify
+            assert ahead == spec.stats.rounds and finished == spec.stats.rounds - len(ids)
+        else:
+            assert ahead == spec.stats.rounds - len(ids) and finished == 0

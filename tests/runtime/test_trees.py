@@ -249,6 +249,7 @@ def test_the_next_draft_block_is_queued_at_the_verdict(dflash_artifact, sampling
     expected = [run_alone(plain, p, sampling, seed=5 + i, steps=30) for i, p in enumerate(texts)]
     spec = DFlashExecutor.load(dflash_artifact, backend=make(dflash_artifact),
                                max_sessions=4, tree_nodes=7)
+    spec.verify_ahead = False  # the block alone (the verify queued with it: the next test)
     taken, choices = [], spec._choices
 
     def recording_choices(requests):
@@ -286,6 +287,90 @@ def test_the_next_draft_block_is_queued_at_the_verdict(dflash_artifact, sampling
     assert [history[s][:26] for s in sids] == [e[:26] for e in expected]
     # queued at every verdict: each cycle of the same sessions found its block queued
     assert [i for i, t in enumerate(taken) if not t] == sorted(unmatched)
+
+
+def drive_verifies_ahead(spec, texts, sampling, switch):
+    """Tree cycles of every session, with the changes test_the_next_verify_... describes;
+    returns each session's tokens, whether each cycle took the verify queued at the last
+    verdict (None: the cycle was a plain step), the target's runs in each cycle, and each
+    session's tokens before the switch of sampling."""
+    taken, take = [], spec._verify_taken
+
+    def recording(requests, nodes):
+        got = take(requests, nodes)
+        taken.append(got is not None)
+        return got
+
+    spec._verify_taken = recording
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, 5 + i)
+    outs = spec.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
+    history = {o.sid: [o.token] for o in outs}
+    runs, cycles = [], []
+    cycle = 0
+    while min(len(h) for h in history.values()) < 30:
+        if cycle == 3:  # the target's cache changes (a session opened and closed)
+            spec.close_session(spec.open_session())
+        if cycle == 5:  # so does it at a rewind, even to where the session is
+            spec.rewind(sids[0], spec.pos(sids[0]))
+        if cycle == 9:  # a session's sampling changes: the draws queued are not its own
+            spec.set_sampling(sids[0], switch, 11)
+            switched = [len(history[s]) for s in sids]
+        live = sids if cycle != 7 or len(sids) == 1 else sids[1:]  # other sessions
+        before, calls = spec.target.engine.runs, len(taken)
+        for out in spec.execute([BatchInput(s, (history[s][-1],), spec.pos(s)) for s in live]):
+            history[out.sid] += out.tokens
+        runs.append(spec.target.engine.runs - before)
+        cycles.append(taken[calls] if len(taken) > calls else None)  # None: a plain step
+        cycle += 1
+    return [history[s][:30] for s in sids], cycles, runs, switched
+
+
+@pytest.mark.parametrize("make", [tree_backend, queued_tree_backend], ids=["host", "queued"])
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("count", [1, 3])
+def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, count, make):
+    """A tree cycle also queues the next cycle's verify at its verdict, uncommitted; the next
+    cycle finishes it instead of running its own unless something changed in between: the
+    target's cache (a session opened and closed; a rewind), a session's sampling, or the
+    sessions of the cycle. The text equals that of cycles that each run their own verify,
+    which equals plain decoding's up to the sampling switch, also where the device runs its
+    work only when waited for."""
+    plain = plain_on_tree_backend(dflash_artifact)
+    texts = prompts(count, seed=14)
+    switch = GREEDY if sampling == SAMPLED else SAMPLED
+    results = {}
+    for ahead in (True, False):
+        spec = DFlashExecutor.load(dflash_artifact, backend=make(dflash_artifact),
+                                   max_sessions=4, tree_nodes=7)
+        spec.verify_ahead = ahead
+        results[ahead] = drive_verifies_ahead(spec, texts, sampling, switch)
+    (tokens, taken, runs, switched), (own_tokens, own_taken, own_runs, _) = \
+        results[True], results[False]
+    assert tokens == own_tokens
+    # not taken: the first cycle, the changes, and with several sessions the cycle of fewer
+    # and the one after it (queued for fewer). A rewind leaves no pending token: alone, the
+    # session's next cycle is a plain step (None) and the one after runs its own verify;
+    # with others, its plain step and their cycle share a call
+    if count == 1:
+        unmatched, plain_steps = {0, 3, 6, 9}, [5]
+    else:
+        unmatched, plain_steps = {0, 3, 5, 6, 7, 8, 9}, []
+    assert [i for i, t in enumerate(taken) if t is False] == sorted(unmatched)
+    assert [i for i, t in enumerate(taken) if t is None] == plain_steps
+    assert set(own_taken[:5]) == {False}
+    # a cycle that takes the queued verify runs the target once (the next cycle's verify),
+    # one that does not runs it twice (its own, then the next one's), a plain step once more
+    mixed = 5 if count > 1 else None  # the cycle with a plain step beside it
+    assert runs == [1 if t is None else (1 if t else 2) + (i == mixed)
+                    for i, t in enumerate(taken)]
+    assert own_runs == [1 + (i == mixed) for i in range(len(own_runs))]
+    # before the switch of cycle 9, the text is plain decoding's
+    expected = [run_alone(plain, p, sampling, seed=5 + i, steps=30) for i, p in enumerate(texts)]
+    assert min(switched) >= 8
+    assert [t[:n] for t, n in zip(tokens, switched)] == [e[:n] for e, n in zip(expected, switched)]
+    assert tokens[0][switched[0]:] != expected[0][switched[0]:30]  # the switch shows
 
 
 class TreeOracle:
