@@ -27,7 +27,10 @@ costs about its width in steps, so a cycle for many sessions costs more than it 
 `tree_nodes` B: each cycle verifies a tree of B proposals grown from the draft's top choices
 per block row instead of a chain (runtime/trees.py): one target step whose rows each see only
 their ancestors, the accepted path kept. Only where the backend verifies a tree as plain
-decoding rounds (`Backend.exact_trees`: ort-cuda with CellAttention).
+decoding rounds (`Backend.exact_trees`: ort-cuda with CellAttention). At its verdict a tree
+cycle queues the next cycle's draft block (`queue_ahead`) and, where the backend `launches`,
+the next cycle's verify too (`verify_ahead`), uncommitted: the next cycle finishes it where
+nothing changed in between, else drops it (it changed nothing the caches hold).
 
 `speculate_sampled=False`: sessions that draw with a temperature always take plain steps (their
 verify's sampler costs more than their acceptance saves on some backends); greedy ones in the
