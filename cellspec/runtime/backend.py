@@ -108,6 +108,21 @@ class Gather:
     cells: np.ndarray
 
 
+@dataclass
+class TreeGrowth:
+    """A verify's trees grown on the device (`OrtDeviceBackend.launch`'s `grow`): from the
+    choices a draft block left in its TOP_IDS / TOP_LOGP, by the device's grow_trees, into the
+    verify's staged tokens, positions and attn_mask, after the staging and before the run."""
+
+    block: Engine  # the draft block engine whose outputs hold the choices
+    owners: int
+    depth_limit: int  # the block's proposal rows per owner (n_draft)
+    nodes: int
+    # set by launch: the call that waits for the trees and gives [owners, 3, nodes + 1]:
+    # each row's token, parent (-1 for the anchor) and depth
+    fetch: Callable[[], np.ndarray] | None = None
+
+
 class Backend(ABC):
     name: str
     # True where `start_chain` overlaps the host's planning of a decode step with the device's
@@ -120,6 +135,8 @@ class Backend(ABC):
     # True where `launch` queues a run and returns before it ends (OrtDeviceBackend), so that
     # a caller can queue a step and finish it later (DFlashExecutor.verify_ahead)
     launches = False
+    # True where `launch` takes `grow` (TreeGrowth): a verify's trees grown on the device
+    grows_trees = False
 
     def start_chain(self, steps: int, rows: int) -> Chain:
         """A chain of `steps` decode steps of `rows` sessions, whose drawn tokens stay where the

@@ -48,7 +48,74 @@ extern "C" __global__ void gather_rows(char* dst, const char* pool, const long l
         for (int i = threadIdx.x; i < row_bytes; i += blockDim.x) out[i] = src[i];
     }
 }
+
+// Each owner's tree (one block, one thread each) as runtime/trees.py's grow_tree grows it from
+// the draft block's choices (ids int64, logp float32, [owners, depth_limit, branches]): the
+// `nodes` most probable nodes, best first, ties to the node found first; scores summed in
+// double, in grow_tree's order. Written into a verify's staged inputs (row o of each, a row of
+// `width` slots): tokens[1..nodes] (slot 0, the anchor, staged), positions[i] = positions[0] +
+// depth(i), attn_mask[i][cells + j] = j is i or an ancestor of i (keys: a mask row's columns);
+// and record [owners, 3, nodes + 1]: every row's token, parent (-1 for the anchor) and depth.
+#define MAX_TREE_ROWS 64
+extern "C" __global__ void grow_trees(const long long* ids, const float* logp, int depth_limit,
+                                      int branches, int nodes, long long* tokens,
+                                      long long* positions, unsigned char* mask, int width,
+                                      int keys, int cells, long long* record) {
+    if (threadIdx.x != 0) return;
+    const int o = blockIdx.x;
+    const long long* my_ids = ids + (long long)o * depth_limit * branches;
+    const float* my_logp = logp + (long long)o * depth_limit * branches;
+    double c_score[2 * MAX_TREE_ROWS];
+    int c_order[2 * MAX_TREE_ROWS], c_depth[2 * MAX_TREE_ROWS], c_choice[2 * MAX_TREE_ROWS];
+    int c_parent[2 * MAX_TREE_ROWS];
+    double score[MAX_TREE_ROWS];
+    int parent[MAX_TREE_ROWS], depth[MAX_TREE_ROWS];
+    long long token[MAX_TREE_ROWS];
+    unsigned long long seen[MAX_TREE_ROWS];
+    long long* row_tokens = tokens + (long long)o * width;
+    score[0] = 0.0; parent[0] = -1; depth[0] = 0; token[0] = row_tokens[0];
+    int live = 1, order = 1, rows = 1;
+    c_score[0] = (double)my_logp[0]; c_order[0] = 0; c_depth[0] = 1; c_choice[0] = 0;
+    c_parent[0] = 0;
+    while (live > 0 && rows <= nodes) {
+        int b = 0;
+        for (int c = 1; c < live; ++c)
+            if (c_score[c] > c_score[b] || (c_score[c] == c_score[b] && c_order[c] < c_order[b]))
+                b = c;
+        const double s = c_score[b];
+        const int d = c_depth[b], ch = c_choice[b], p = c_parent[b];
+        --live;
+        c_score[b] = c_score[live]; c_order[b] = c_order[live]; c_depth[b] = c_depth[live];
+        c_choice[b] = c_choice[live]; c_parent[b] = c_parent[live];
+        const int row = rows++;
+        token[row] = my_ids[(d - 1) * branches + ch];
+        parent[row] = p; depth[row] = d; score[row] = s;
+        if (ch + 1 < branches) {
+            c_score[live] = score[p] + (double)my_logp[(d - 1) * branches + ch + 1];
+            c_order[live] = order++; c_depth[live] = d; c_choice[live] = ch + 1;
+            c_parent[live] = p; ++live;
+        }
+        if (d < depth_limit) {
+            c_score[live] = s + (double)my_logp[d * branches];
+            c_order[live] = order++; c_depth[live] = d + 1; c_choice[live] = 0;
+            c_parent[live] = row; ++live;
+        }
+    }
+    long long* row_positions = positions + (long long)o * width;
+    long long* out = record + (long long)o * 3 * rows;
+    const long long base = row_positions[0];
+    for (int i = 0; i < rows; ++i) {
+        seen[i] = (i ? seen[parent[i]] : 0ull) | (1ull << i);
+        row_tokens[i] = token[i];
+        row_positions[i] = base + depth[i];
+        unsigned char* mask_row = mask + ((long long)o * width + i) * keys + cells;
+        for (int j = 0; j < rows; ++j) mask_row[j] = (seen[i] >> j) & 1ull;
+        out[i] = token[i]; out[rows + i] = parent[i]; out[2 * rows + i] = depth[i];
+    }
+}
 """
+
+MAX_TREE_ROWS = 64  # grow_trees' limit: a tree of at most 63 nodes and its anchor
 
 
 class _Done:
@@ -127,6 +194,30 @@ class HostDevice:
             self._bytes(dst.ptr + t * row_bytes, row_bytes)[:] = \
                 self._bytes(pool.ptr + cell * row_bytes, row_bytes)
 
+    def grow_trees(self, ids: int, logp: int, owners: int, depth_limit: int, branches: int,
+                   nodes: int, tokens: int, positions: int, mask: int, width: int, keys: int,
+                   cells: int, record: int) -> None:
+        """CudaDevice.grow_trees by runtime/trees.py itself, over the same memory."""
+        from cellspec.runtime.trees import ancestor_mask, grow_tree
+
+        shape = (owners, depth_limit, branches)
+        count = int(np.prod(shape))
+        all_ids = self._bytes(ids, 8 * count).view(np.int64).reshape(shape)
+        all_logp = self._bytes(logp, 4 * count).view(np.float32).reshape(shape)
+        rows = nodes + 1
+        out = self._bytes(record, 24 * owners * rows).view(np.int64).reshape(owners, 3, rows)
+        for o in range(owners):
+            tree = grow_tree(all_ids[o], all_logp[o], nodes)
+            assert tree.rows == rows, "a tree of fewer nodes than asked"
+            row_tokens = self._bytes(tokens + 8 * o * width, 8 * rows).view(np.int64)
+            row_tokens[1:] = tree.tokens
+            row_positions = self._bytes(positions + 8 * o * width, 8 * rows).view(np.int64)
+            row_positions[:] = row_positions[0] + tree.depths
+            seen = ancestor_mask(tree.parents)
+            for i in range(rows):
+                self._bytes(mask + (o * width + i) * keys + cells, rows)[:] = seen[i]
+            out[o] = [row_tokens, tree.parents, tree.depths]
+
     def _bytes(self, ptr: int, nbytes: int) -> np.ndarray:
         """The bytes at [ptr, ptr + nbytes), which must lie inside one array: the one at the
         highest address not above ptr (arrays never overlap)."""
@@ -159,7 +250,7 @@ class CudaDevice:
         atexit.register(self.context.pop)  # PyCUDA aborts at exit with a context still pushed
         self.cuda = cuda
         self.stream = cuda.Stream()
-        self._commit_kernel = self._gather_kernel = None
+        self._commit_kernel = self._gather_kernel = self._tree_kernel = None
 
     def alloc(self, nbytes: int) -> Buffer:
         allocation = self.cuda.mem_alloc(max(nbytes, 1))
@@ -219,6 +310,19 @@ class CudaDevice:
                             np.int32(row_bytes), block=(min(128, max(32, row_bytes // 16)), 1, 1),
                             grid=(count, 1), stream=self.stream)
 
+    def grow_trees(self, ids: int, logp: int, owners: int, depth_limit: int, branches: int,
+                   nodes: int, tokens: int, positions: int, mask: int, width: int, keys: int,
+                   cells: int, record: int) -> None:
+        """Each owner's tree from a draft block's choices at `ids` / `logp` into a verify's
+        staged inputs and `record`, on the stream (the kernel's comment says how)."""
+        assert nodes < MAX_TREE_ROWS, nodes
+        self._compile()
+        self._tree_kernel(np.uintp(ids), np.uintp(logp), np.int32(depth_limit),
+                          np.int32(branches), np.int32(nodes), np.uintp(tokens),
+                          np.uintp(positions), np.uintp(mask), np.int32(width), np.int32(keys),
+                          np.int32(cells), np.uintp(record), block=(32, 1, 1),
+                          grid=(owners, 1), stream=self.stream)
+
     def _compile(self):
         if self._commit_kernel is None:
             from pycuda.compiler import SourceModule
@@ -226,4 +330,5 @@ class CudaDevice:
             module = SourceModule(_COMMIT_SOURCE, no_extern_c=True, options=["-O3"])
             self._commit_kernel = module.get_function("commit_rows")
             self._gather_kernel = module.get_function("gather_rows")
+            self._tree_kernel = module.get_function("grow_trees")
         return self._commit_kernel

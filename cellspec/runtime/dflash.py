@@ -43,6 +43,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -51,7 +52,8 @@ import numpy as np
 from cellspec import artifact as names
 from cellspec.errors import InvalidArgument
 from cellspec.manifest_fields import is_int
-from cellspec.runtime.backend import Backend
+from cellspec.runtime.backend import Backend, TreeGrowth
+from cellspec.runtime.device import MAX_TREE_ROWS
 from cellspec.runtime.draft import DraftModel, ProposalRequest
 from cellspec.runtime.draws import Draws
 from cellspec.runtime.executor import Executor, load_parts
@@ -79,6 +81,7 @@ class SpecStats:
     proposed: int = 0
     accepted: int = 0
     bonus: int = 0  # cycles whose every proposal was accepted
+    grown: int = 0  # rounds whose trees grew on the device (verify_ahead, grow_on_device)
     plain_over_limit: int = 0  # batches stepped plainly: more than max_spec_batch could speculate
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -99,8 +102,14 @@ class _VerifyAhead:
     draft_version: int
     runs: int | None  # the target engine's runs after it
     samplings: list[tuple]  # each session's (sampling, seed)
-    trees: list[DraftTree]
+    trees: list[DraftTree] | Callable[[], list[DraftTree]]  # the call: grown on the device
     finish: Callable[[Callable[[], None] | None], ForwardResult]
+
+
+def _grown(growth: TreeGrowth) -> list[DraftTree]:
+    """The trees grown on the device, once they are (their record [owners, 3, rows])."""
+    return [DraftTree(rows[0, 1:].copy(), rows[1].copy(), rows[2].copy())
+            for rows in growth.fetch()]
 
 
 class DFlashExecutor(Executor):
@@ -119,6 +128,11 @@ class DFlashExecutor(Executor):
     # behind it; the next cycle finishes it if it is of the same sessions at the same anchors
     # and nothing changed since, else drops it (False: as before 2026-12-04's second sitting)
     verify_ahead = True
+    # a verify queued ahead for greedy sessions grows its trees on the device, from the block's
+    # outputs into its staged inputs, so it is queued right behind the block, without the
+    # choices' round trip to the host (where the backend `grows_trees`: ort-cuda); False: the
+    # host grows them from the fetched choices (as in 2026-12-04's second sitting)
+    grow_on_device = True
 
     def __init__(self, *args, draft: DraftModel | None = None,
                  proposer: Proposer | None = None, n_draft: int | None = None,
@@ -341,7 +355,8 @@ class DFlashExecutor(Executor):
         # nothing to drain first
         ahead = self._verify_taken(requests, nodes)
         if ahead is not None:  # queued at the last cycle's verdict: running already
-            trees = ahead.trees
+            trees = ahead.trees() if callable(ahead.trees) else ahead.trees
+            self.stats.grown += callable(ahead.trees)
             result = ahead.finish(lambda: self._drain_trees(requests, trees))
         else:
             # the verify is planned first: where this cycle's block was queued ahead, the
@@ -396,12 +411,33 @@ class DFlashExecutor(Executor):
         if not (self.verify_ahead and self.backend.launches and self._ahead is not None):
             return
         step = self.target.plan_tree(np.array([r.sid for r in after], np.int64), nodes + 1)
-        choices = self._choices(after)  # the block queued ahead
-        step, trees, tokens, parents, draws = self._tree_verify(after, nodes, step, *choices)
-        finish = self.target.launch_tree(step, tokens, parents, draws)
+        if self._grows_trees(after, nodes):
+            # the block's outputs are this block's: nothing ran since it was queued above
+            self._ahead = None
+            tokens = np.zeros((len(after), nodes + 1), np.int64)
+            tokens[:, 0] = [r.anchor for r in after]
+            # greedy rows: every uniform is 0, whatever the position a row's depth gives
+            draws = self.draws([r.sid for r in after for _ in range(nodes + 1)],
+                               [r.position + j + 1 for r in after for j in range(nodes + 1)])
+            growth = TreeGrowth(self.draft.block, len(after), self.n_draft, nodes)
+            finish = self.target.launch_tree(step, tokens, None, draws, grow=growth)
+            trees: list[DraftTree] | Callable[[], list[DraftTree]] = partial(_grown, growth)
+        else:
+            choices = self._choices(after)  # the block queued ahead
+            step, trees, tokens, parents, draws = self._tree_verify(after, nodes, step, *choices)
+            finish = self.target.launch_tree(step, tokens, parents, draws)
         self._ahead_verify = _VerifyAhead(
             after, nodes, step.plan.version, self.draft.cache.version, self._target_runs(),
             self._samplings(after), trees, finish)
+
+    def _grows_trees(self, requests: list[ProposalRequest], nodes: int) -> bool:
+        """Whether the next verify's trees grow on the device (`grow_on_device`): where the
+        backend can, every session draws greedily (a sampled row's uniform depends on its
+        depth), and the choices hold `nodes` nodes."""
+        return (self.grow_on_device and getattr(self.backend, "grows_trees", False)
+                and nodes < MAX_TREE_ROWS
+                and sum(names.TOP_K ** d for d in range(1, self.n_draft + 1)) >= nodes
+                and not any(self._samples(r.sid) for r in requests))
 
     def _verify_taken(self, requests: list[ProposalRequest], nodes: int
                       ) -> _VerifyAhead | None:

@@ -27,9 +27,9 @@ from cellspec import artifact as names
 from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
 from cellspec.rewrite import ATTN_SEQLENS
-from cellspec.runtime.backend import Backend, Chain, Engine, Gather, Pools
+from cellspec.runtime.backend import Backend, Chain, Engine, Gather, Pools, TreeGrowth
 from cellspec.runtime.bindings import shape_of, step_dims
-from cellspec.runtime.device import Buffer
+from cellspec.runtime.device import MAX_TREE_ROWS, Buffer
 from cellspec.runtime.device_engine import DeviceEngine, Staging
 from cellspec.runtime.device_sessions import load_session
 from cellspec.runtime.draws import DRAWN, Draws
@@ -70,6 +70,7 @@ class OrtDeviceBackend(Backend):
 
     runs_ahead = True
     launches = True
+    grows_trees = True
 
     def __init__(self, name: str, device, providers: list, limits: dict[str, int],
                  policy: ShapePolicy, sampler: Path | None = None,
@@ -98,6 +99,10 @@ class OrtDeviceBackend(Backend):
         self.drawn_first = True
         self.copied = None  # the event of _download_later, recorded again at each use
         self.pinned_views: dict = {}  # see _pinned_view
+        # trees grown on the device (_grow): their record's device and page-locked memory, and
+        # the event of its copy
+        self.tree_record: tuple[Buffer, np.ndarray] | None = None
+        self.grown = None
 
     def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
         return self.policy
@@ -126,16 +131,18 @@ class OrtDeviceBackend(Backend):
     def launch(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
                outputs: list[str], cells: np.ndarray | None = None,
                draws: Draws | None = None, static: bool = False,
-               gather: Gather | None = None, early: bool = True
+               gather: Gather | None = None, early: bool = True,
+               grow: TreeGrowth | None = None
                ) -> Callable[[Callable[[], None] | None], dict[str, np.ndarray]]:
         """Queue what `run` runs (staging, run, commit, draw) and return the call that
         finishes it: `finish(meanwhile)` calls `meanwhile` (its runs go behind this one) and
         gives what `run` gives. `early`: the drawn tokens' copy to page-locked memory is
         queued now (`drawn_first`), so they come back when the run ends, whatever is queued
         behind it. The caller finishes before the engine (or the sampler) runs again: their
-        output buffers are this run's until then."""
+        output buffers are this run's until then. `grow`: the trees of a verify staged without
+        them are grown on the device before it runs (TreeGrowth; grow.fetch is set)."""
         dims = self._queue(engine, pools, feeds, outputs, cells, _draw_output(draws), static,
-                           gather)
+                           gather, grow=grow)
         clock = _Clock(self.timings)
         drawn = None if draws is None else self._drawn(engine, dims, draws, static)
         clock.lap("draw")
@@ -220,7 +227,8 @@ class OrtDeviceBackend(Backend):
     def _queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
                outputs: list[str], cells: np.ndarray | None, draw_output: str | None,
                static: bool, gather: Gather | None = None,
-               tokens_from: tuple[int, int] | None = None) -> dict[str, int]:
+               tokens_from: tuple[int, int] | None = None,
+               grow: TreeGrowth | None = None) -> dict[str, int]:
         """Stage the feeds, bind, run, and commit each pool's new rows at `cells`: queued on the
         device's stream where the backend is `in_order`, else waited for. tokens_from (address,
         bytes): the start of the token input is copied from there, device to device, after the
@@ -239,6 +247,8 @@ class OrtDeviceBackend(Backend):
                                                draw_output))
         if tokens_from is not None:
             self.device.copy(engine.input_address(names.TOKENS), *tokens_from)
+        if grow is not None:
+            grow.fetch = self._grow(engine, grow)
         clock.lap("stage")
         engine.run(engine.step_key if static else None)
         clock.lap("run")
@@ -247,6 +257,38 @@ class OrtDeviceBackend(Backend):
             self.device.commit(pool_table, new_table, self.cells, cells.size, p.row_bytes)
         clock.lap("commit")
         return dims
+
+    def _grow(self, engine: DeviceEngine, grow: TreeGrowth) -> Callable[[], np.ndarray]:
+        """Queue the trees' growth into `engine`'s staged verify inputs and the copy of their
+        record to page-locked memory; returns the call that waits for it (one event, recorded
+        again each time) and gives the record."""
+        if not 1 <= grow.nodes < MAX_TREE_ROWS:
+            raise InvalidArgument(f"trees of {grow.nodes} nodes: the device grows at most "
+                                  f"{MAX_TREE_ROWS - 1}")
+        shape = engine.active.bound[(names.ATTN_MASK, True)][0]  # [S, 1, Q, N + Q]
+        width, keys = shape[2], shape[3]
+        rows = grow.nodes + 1
+        nbytes = 24 * grow.owners * rows
+        if self.tree_record is None:
+            size = 24 * self.limits["S"] * MAX_TREE_ROWS
+            self.tree_record = self.device.alloc(size), self.device.pinned(size)
+        record, pinned = self.tree_record
+        self.device.grow_trees(grow.block.buffers[names.TOP_IDS].ptr,
+                               grow.block.buffers[names.TOP_LOGP].ptr, grow.owners,
+                               grow.depth_limit, names.TOP_K, grow.nodes,
+                               engine.input_address(names.TOKENS),
+                               engine.input_address(names.POSITIONS),
+                               engine.input_address(names.ATTN_MASK), width, keys, keys - width,
+                               record.ptr)
+        host = pinned[:nbytes].view(np.int64).reshape(grow.owners, 3, rows)
+        self.device.download_later(host, record.ptr)
+        self.grown = done = self.device.mark(self.grown)
+
+        def fetch() -> np.ndarray:
+            done.synchronize()
+            return host.copy()
+
+        return fetch
 
     def _wanted(self, outputs: list[str], committed: Sequence[Pools], draw_output: str | None
                 ) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from cellspec import artifact as names
 from cellspec.artifact import LayerCache, Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.rewrite import ATTN_SEQLENS, grouped_feeds
-from cellspec.runtime.backend import TAPS_POOL, Backend, Engine, TensorSpec
+from cellspec.runtime.backend import TAPS_POOL, Backend, Engine, TensorSpec, TreeGrowth
 from cellspec.runtime.cell_cache import CellCache, StepPlan
 from cellspec.runtime.draws import DRAWN, Draws, make_draws
 from cellspec.runtime.planner import PieceShape, piece_index, plan_pieces, runs_of
@@ -140,20 +140,26 @@ class TargetModel:
         out = self._run(step.plan, step.shape, tokens, step.slots, draws, meanwhile, tree)
         return ForwardResult(out[DRAWN], None)
 
-    def launch_tree(self, step: TreeStep, tokens: np.ndarray, tree: np.ndarray, draws: Draws
+    def launch_tree(self, step: TreeStep, tokens: np.ndarray, tree: np.ndarray | None,
+                    draws: Draws, grow: TreeGrowth | None = None
                     ) -> Callable[[Callable[[], None] | None], ForwardResult]:
         """Queue the verify `forward_tree` would run, without committing its plan or waiting
         for it (only where the backend `launches`). The call returned finishes it: it commits
         the plan (the cache must still be at the plan's version: nothing changed it since, and
         nothing else ran this engine), calls `meanwhile` behind the verify and gives what
         forward_tree would. Left unfinished, the verify changes nothing the cache holds: its
-        keys, values and taps went to cells that stay free."""
-        assert tokens.shape == tree.shape == (step.owners, step.width), "the planned rows"
+        keys, values and taps went to cells that stay free. tree None: the device grows the
+        trees (`grow`, OrtDeviceBackend.launch) into a step staged as a chain, whose tokens
+        give each row's anchor (column 0) only."""
+        assert tokens.shape == (step.owners, step.width), "the planned rows"
+        assert tree is None or tree.shape == tokens.shape, "a parent per token"
+        assert (tree is None) == (grow is not None), "trees given or grown"
         assert self.backend.launches, f"backend {self.backend.name} does not launch runs"
         start = time.perf_counter()
         feeds, spread = self._feeds(step.plan, step.shape, tokens, step.slots, draws, tree)
         finish = self.backend.launch(self.engine, self.run_pools, feeds, [], step.plan.cells,
-                                     spread, static=step.shape.is_static)
+                                     spread, static=step.shape.is_static,
+                                     **({} if grow is None else {"grow": grow}))
         seconds = time.perf_counter() - start
 
         def done(meanwhile: Callable[[], None] | None = None) -> ForwardResult:

@@ -201,6 +201,44 @@ def test_tree_speculation_equals_plain_with_cell_attention(
     assert spec.stats.proposed == 15 * spec.stats.cycles
 
 
+@pytest.mark.parametrize("nodes", [7, 15, 31])
+def test_trees_grown_on_the_device_are_grow_trees(nodes):
+    """CudaDevice.grow_trees against HostDevice's (runtime/trees.py's grow_tree itself) on the
+    same memory: the draft's choices with many ties (log-probabilities on a grid of 0.5, best
+    first), three owners of a padded verify step. Every byte of the tokens, positions, mask
+    and record is the same, those the trees do not touch included."""
+    from cellspec.runtime.device import CudaDevice, HostDevice
+
+    rng = np.random.default_rng(nodes)
+    owners, depth, branches, width, cells = 3, 15, 4, 32, 64
+    keys = cells + width
+    ids = rng.integers(0, 49152, (owners, depth, branches)).astype(np.int64)
+    logp = -np.sort(np.round(rng.uniform(0, 3, (owners, depth, branches)) * 2) / 2, axis=-1)
+    logp = logp.astype(np.float32)
+    tokens = rng.integers(0, 49152, (owners + 1, width)).astype(np.int64)
+    positions = rng.integers(0, 900, (owners + 1, width)).astype(np.int64)
+    mask = rng.integers(0, 2, (owners + 1, 1, width, keys)).astype(np.bool_)
+    results = []
+    for device in (CudaDevice(), HostDevice()):
+        arrays = [ids, logp, tokens, positions, mask, np.full((owners, 3, nodes + 1), -7)]
+        buffers = [device.alloc(a.nbytes) for a in arrays]
+        for buffer, array in zip(buffers, arrays):
+            device.upload(buffer, array)
+        device.synchronize()
+        device.grow_trees(buffers[0].ptr, buffers[1].ptr, owners, depth, branches, nodes,
+                          buffers[2].ptr, buffers[3].ptr, buffers[4].ptr, width, keys, cells,
+                          buffers[5].ptr)
+        device.synchronize()
+        out = [np.empty_like(a) for a in arrays[2:]]
+        for host, buffer in zip(out, buffers[2:]):
+            device.download(host, buffer)
+        results.append(out)
+    for cuda, host in zip(*results):
+        np.testing.assert_array_equal(cuda, host)
+    record = results[1][-1]
+    assert (record[:, 1, 0] == -1).all() and (record[:, 2, 1:] >= 1).all()
+
+
 def recording(obj, name: str) -> list:
     """What obj.name returns from now on, call by call."""
     results, method = [], getattr(obj, name)
@@ -219,8 +257,9 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
     """One session at a time, as `LLM` speculates on the device: each tree cycle queues the
     next cycle's draft block at its verdict and fetches its verify's tokens before the drain
     behind it; every prompt's 48 tokens are plain decoding's, and the queued blocks were the
-    ones taken. With `verify_ahead` (the default) the verdict also takes the block's choices
-    and queues the next verify, which every cycle but a prompt's first finishes; without it,
+    ones taken. With `verify_ahead` (the default) the verdict also queues the next verify,
+    which every cycle but a prompt's first finishes: greedy, its trees grow on the device from
+    the block's outputs; sampled, on the host from the block's fetched choices. Without it,
     each cycle takes the block queued at the last verdict and runs its own verify."""
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
     monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
@@ -238,7 +277,12 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
         ahead = sum(s.calls for k, s in spec.draft.stats.items() if k.endswith(" ahead"))
         finished = sum(t is not None for t in taken)
         assert spec.stats.accepted > 0
-        if verify_ahead:  # every verdict takes its block; every cycle but the firsts its verify
-            assert ahead == spec.stats.rounds and finished == spec.stats.rounds - len(ids)
+        if verify_ahead:  # every cycle but the firsts finishes its verify, whose trees grew
+            # on the device (greedy) from the block queued with it, or on the host from that
+            # block's fetched choices (sampled)
+            assert finished == spec.stats.rounds - len(ids)
+            greedy = sampling == Sampling()
+            assert spec.stats.grown == (finished if greedy else 0)
+            assert ahead == (0 if greedy else spec.stats.rounds)
         else:
             assert ahead == spec.stats.rounds - len(ids) and finished == 0

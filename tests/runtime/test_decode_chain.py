@@ -44,6 +44,9 @@ class QueuedDevice(HostDevice):
     def gather(self, *args):
         self.queue.append(lambda: HostDevice.gather(self, *args))
 
+    def grow_trees(self, *args):
+        self.queue.append(lambda: HostDevice.grow_trees(self, *args))
+
     def download(self, host, buffer):
         self.synchronize()
         HostDevice.download(self, host, buffer)

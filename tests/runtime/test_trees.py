@@ -10,6 +10,7 @@ import pytest
 
 from cellspec import artifact as names
 from cellspec.errors import InvalidArgument
+from cellspec.runtime import dflash
 from cellspec.runtime.cell_cache import CellCache
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.draft import ProposalRequest
@@ -330,25 +331,45 @@ def drive_verifies_ahead(spec, texts, sampling, switch):
 @pytest.mark.parametrize("make", [tree_backend, queued_tree_backend], ids=["host", "queued"])
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("count", [1, 3])
-def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, count, make):
+def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, count, make,
+                                                  monkeypatch):
     """A tree cycle also queues the next cycle's verify at its verdict, uncommitted; the next
     cycle finishes it instead of running its own unless something changed in between: the
     target's cache (a session opened and closed; a rewind), a session's sampling, or the
     sessions of the cycle. The text equals that of cycles that each run their own verify,
     which equals plain decoding's up to the sampling switch, also where the device runs its
-    work only when waited for."""
+    work only when waited for. Greedy sessions' trees grow on the device (`grow_on_device`),
+    into the verify's staged inputs: the same trees and draws as grown on the host."""
     plain = plain_on_tree_backend(dflash_artifact)
     texts = prompts(count, seed=14)
     switch = GREEDY if sampling == SAMPLED else SAMPLED
-    results = {}
-    for ahead in (True, False):
+    results, walks, grown = {}, {}, {}
+    for ahead, on_device in ((True, True), (True, False), (False, False)):
         spec = DFlashExecutor.load(dflash_artifact, backend=make(dflash_artifact),
                                    max_sessions=4, tree_nodes=7)
-        spec.verify_ahead = ahead
-        results[ahead] = drive_verifies_ahead(spec, texts, sampling, switch)
+        spec.verify_ahead, spec.grow_on_device = ahead, on_device
+        walks[ahead, on_device] = recorded = []
+
+        def recording_walk(tree, drawn, recorded=recorded):
+            recorded.append((tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(),
+                             drawn.tolist()))
+            return walk(tree, drawn)
+
+        monkeypatch.setattr(dflash, "walk", recording_walk)
+        results[ahead, on_device] = drive_verifies_ahead(spec, texts, sampling, switch)
+        grown[ahead, on_device] = spec.stats.grown
     (tokens, taken, runs, switched), (own_tokens, own_taken, own_runs, _) = \
-        results[True], results[False]
-    assert tokens == own_tokens
+        results[True, True], results[False, False]
+    assert tokens == own_tokens == results[True, False][0]
+    # grown on the device (the greedy sessions' cycles that took their queued verify) or on
+    # the host, each cycle verified the same trees and drew the same tokens
+    assert walks[True, True] == walks[True, False] == walks[False, False]
+    if sampling == GREEDY:  # every taken verify before the switch to sampling
+        assert grown[True, True] == sum(t is True for t in results[True, True][1][:9])
+    else:  # then from it on, where the switched session is alone (others still sample)
+        assert grown[True, True] == (count == 1) * sum(t is True
+                                                       for t in results[True, True][1][10:])
+    assert grown[True, False] == grown[False, False] == 0
     # not taken: the first cycle, the changes, and with several sessions the cycle of fewer
     # and the one after it (queued for fewer). A rewind leaves no pending token: alone, the
     # session's next cycle is a plain step (None) and the one after runs its own verify;
