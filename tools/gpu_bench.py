@@ -641,24 +641,27 @@ def cycle_orders(args) -> list[str]:
     return orders
 
 
-# what each --orders name turns on: (drawn_first, queue_ahead, verify_ahead)
-CYCLE_ORDERS = {"verify": (True, True, True), "new": (True, True, False),
-                "early": (True, False, False), "ahead": (False, True, False),
-                "old": (False, False, False)}
+# what each --orders name turns on: (drawn_first, queue_ahead, verify_ahead, grow_on_device)
+CYCLE_ORDERS = {"verify": (True, True, True, True), "host-trees": (True, True, True, False),
+                "new": (True, True, False, False), "early": (True, False, False, False),
+                "ahead": (False, True, False, False), "old": (False, False, False, False)}
 
 
 def set_cycle_order(executor, order: str) -> None:
     """One of --orders on a DFlash executor: "verify" (the default since 2026-12-04's second
-    sitting), the next cycle's verify queued at the verdict with its draft block, the
-    verify's tokens fetched before the drain behind it; "new", those two without the verify
-    queued ahead (the first sitting's default); "early", the tokens first only; "ahead", the
-    block queued ahead only; "old", none (as before 2026-12-04)."""
+    sitting), the next cycle's verify queued at the verdict with its draft block, a greedy
+    one's trees grown on the device, the verify's tokens fetched before the drain behind it;
+    "host-trees", as verify with the trees grown on the host from the block's fetched
+    choices; "new", the block queued ahead and the tokens first, no verify queued ahead (the
+    first sitting's default); "early", the tokens first only; "ahead", the block queued ahead
+    only; "old", none (as before 2026-12-04)."""
     if order not in CYCLE_ORDERS:
         raise SystemExit(f"cycle order {order!r}: expected one of {', '.join(CYCLE_ORDERS)}")
-    drawn_first, queue_ahead, verify_ahead = CYCLE_ORDERS[order]
+    drawn_first, queue_ahead, verify_ahead, grow_on_device = CYCLE_ORDERS[order]
     executor.backend.drawn_first = drawn_first
     executor.queue_ahead = queue_ahead
     executor.verify_ahead = verify_ahead
+    executor.grow_on_device = grow_on_device
 
 
 def drain_modes(args) -> list[str]:
@@ -901,10 +904,11 @@ def main() -> None:
     commands.choices["smollm2"].add_argument(
         "--orders", default="verify", help="what a speculative cycle queues before it waits, "
         "each in turn for every speculative setting: verify (the default: the next draft block "
-        "and the next verify queued at the verdict, the verify's tokens fetched before the "
-        "drain behind it), new (as verify, without the next verify), early (the tokens first "
-        "only), ahead (the next block only), old (none, as before 2026-12-04), e.g. "
-        "verify,new,verify,new")
+        "and the next verify queued at the verdict, a greedy verify's trees grown on the "
+        "device, the verify's tokens fetched before the drain behind it), host-trees (as "
+        "verify, the trees grown on the host), new (no verify queued ahead), early (the tokens "
+        "first only), ahead (the next block only), old (none, as before 2026-12-04), e.g. "
+        "verify,host-trees,new")
     commands.choices["smollm2"].add_argument("--batches", default="1,8",
                                              help="sessions generating at once, e.g. 1,2,4,8")
     commands.choices["smollm2"].add_argument(
