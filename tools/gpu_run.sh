@@ -1050,7 +1050,7 @@ for line in sys.stdin:
       gpu_tests
     elif [ -z "${SKIP_TESTS:-}" ]; then
       CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
-          tests/gpu/test_ort_cuda.py -k "tree or float16_speculation" 2>&1 \
+          tests/gpu/test_ort_cuda.py -k "tree or float16_speculation or grown" 2>&1 \
           | tee "$OUT"/gpu_tests_trees.log | tail -2
     fi
     for round in $(seq "${ROUNDS:-2}"); do
