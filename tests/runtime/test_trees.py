@@ -236,6 +236,16 @@ def queued_tree_backend(artifact):
     return backend
 
 
+def open_prefilled(spec, texts, sampling):
+    """A session per prompt (seeds 5, 6, ...), prefilled in one call: their sids and each
+    one's tokens so far (the first drawn)."""
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, 5 + i)
+    outs = spec.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
+    return sids, {o.sid: [o.token] for o in outs}
+
+
 @pytest.mark.parametrize("make", [tree_backend, queued_tree_backend], ids=["host", "queued"])
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("count", [1, 3])
@@ -263,11 +273,7 @@ def test_the_next_draft_block_is_queued_at_the_verdict(dflash_artifact, sampling
         return got
 
     spec._choices = recording_choices
-    sids = [spec.open_session() for _ in texts]
-    for i, sid in enumerate(sids):
-        spec.set_sampling(sid, sampling, 5 + i)
-    outs = spec.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
-    history = {o.sid: [o.token] for o in outs}
+    sids, history = open_prefilled(spec, texts, sampling)
     blocks = lambda: sum(s.calls for k, s in spec.draft.stats.items()  # noqa: E731
                          if k.startswith("draft_block") and k.endswith("ahead"))
     cycle = 0
@@ -303,11 +309,7 @@ def drive_verifies_ahead(spec, texts, sampling, switch):
         return got
 
     spec._verify_taken = recording
-    sids = [spec.open_session() for _ in texts]
-    for i, sid in enumerate(sids):
-        spec.set_sampling(sid, sampling, 5 + i)
-    outs = spec.execute([BatchInput(s, tuple(p), 0) for s, p in zip(sids, texts)])
-    history = {o.sid: [o.token] for o in outs}
+    sids, history = open_prefilled(spec, texts, sampling)
     runs, cycles = [], []
     cycle = 0
     while min(len(h) for h in history.values()) < 30:
