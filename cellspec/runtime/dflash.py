@@ -434,7 +434,7 @@ class DFlashExecutor(Executor):
         """Whether the next verify's trees grow on the device (`grow_on_device`): where the
         backend can, every session draws greedily (a sampled row's uniform depends on its
         depth), and the choices hold `nodes` nodes."""
-        return (self.grow_on_device and getattr(self.backend, "grows_trees", False)
+        return (self.grow_on_device and self.backend.grows_trees
                 and nodes < MAX_TREE_ROWS
                 and sum(names.TOP_K ** d for d in range(1, self.n_draft + 1)) >= nodes
                 and not any(self._samples(r.sid) for r in requests))

@@ -134,23 +134,21 @@ class TargetModel:
         -1 for the row's first (runtime/trees.py). A token then sits at its row's first
         position plus its depth and sees only its ancestors among the row; the cache takes the
         row's tokens at consecutive positions, in row order, for the caller to keep one path of
-        (CellCache.keep_path)."""
-        assert tokens.shape == tree.shape == (step.owners, step.width), "the planned rows"
-        self.cache.commit_step(step.plan)  # the run only reads the plan
-        out = self._run(step.plan, step.shape, tokens, step.slots, draws, meanwhile, tree)
-        return ForwardResult(out[DRAWN], None)
+        (CellCache.keep_path). Only on a backend that `launches` (every one that verifies
+        trees exactly: Backend.exact_trees)."""
+        return self.launch_tree(step, tokens, tree, draws)(meanwhile)
 
     def launch_tree(self, step: TreeStep, tokens: np.ndarray, tree: np.ndarray | None,
                     draws: Draws, grow: TreeGrowth | None = None
                     ) -> Callable[[Callable[[], None] | None], ForwardResult]:
-        """Queue the verify `forward_tree` would run, without committing its plan or waiting
-        for it (only where the backend `launches`). The call returned finishes it: it commits
-        the plan (the cache must still be at the plan's version: nothing changed it since, and
-        nothing else ran this engine), calls `meanwhile` behind the verify and gives what
-        forward_tree would. Left unfinished, the verify changes nothing the cache holds: its
-        keys, values and taps went to cells that stay free. tree None: the device grows the
-        trees (`grow`, OrtDeviceBackend.launch) into a step staged as a chain, whose tokens
-        give each row's anchor (column 0) only."""
+        """Queue the verify `forward_tree` runs, without committing its plan or waiting for it
+        (only where the backend `launches`). The call returned finishes it: it commits the
+        plan (the cache must still be at the plan's version: nothing changed it since, and
+        nothing else ran this engine), calls `meanwhile` behind
+        the verify and gives what forward_tree gives. Left unfinished, the verify changes
+        nothing the cache holds: its keys, values and taps went to cells that stay free. tree
+        None: the device grows the trees (`grow`, OrtDeviceBackend.launch) into a step staged
+        as a chain, whose tokens give each row's anchor (column 0) only."""
         assert tokens.shape == (step.owners, step.width), "the planned rows"
         assert tree is None or tree.shape == tokens.shape, "a parent per token"
         assert (tree is None) == (grow is not None), "trees given or grown"
@@ -158,13 +156,12 @@ class TargetModel:
         start = time.perf_counter()
         feeds, spread = self._feeds(step.plan, step.shape, tokens, step.slots, draws, tree)
         finish = self.backend.launch(self.engine, self.run_pools, feeds, [], step.plan.cells,
-                                     spread, static=step.shape.is_static,
-                                     **({} if grow is None else {"grow": grow}))
+                                     spread, static=step.shape.is_static, grow=grow)
         seconds = time.perf_counter() - start
 
         def done(meanwhile: Callable[[], None] | None = None) -> ForwardResult:
             start = time.perf_counter()
-            self.cache.commit_step(step.plan)
+            self.cache.commit_step(step.plan)  # the run only reads the plan
             drawn = finish(meanwhile)[DRAWN]
             if step.shape.is_static:
                 drawn = drawn[step.slots]
@@ -251,11 +248,11 @@ class TargetModel:
         return feeds, draws
 
     def _run(self, plan: StepPlan, shape: PieceShape, tokens: np.ndarray, rows: np.ndarray,
-             draws: Draws | None, meanwhile: Callable[[], None] | None = None,
-             tree: np.ndarray | None = None) -> dict[str, np.ndarray]:
+             draws: Draws | None, meanwhile: Callable[[], None] | None = None
+             ) -> dict[str, np.ndarray]:
         """Run one planned piece; returns the outputs of the requested `rows` (slots)."""
         asked = rows
-        feeds, draws = self._feeds(plan, shape, tokens, rows, draws, tree)
+        feeds, draws = self._feeds(plan, shape, tokens, rows, draws)
         start = time.perf_counter()
         outputs = [] if draws is not None else [names.LOGITS]
         out = self.backend.run(self.engine, self.run_pools, feeds, outputs, plan.cells, draws,
