@@ -1,19 +1,21 @@
 """The host's side of `ort-cuda`'s decode calls, without a GPU: the IOBinding backend over
-numpy memory (`HostDevice`) with every engine run, device copy and commit replaced by a no-op,
-so what is timed is the Python and numpy work a call costs on the host (planning, staging,
-binding, drawing, the cache's bookkeeping). On the H200 this work is hidden behind the device
-in plain decode chains, but not in a DFlash cycle, whose host waits for the verify's tokens.
+numpy memory (`HostDevice`) with every engine run, device-to-device copy, gather and commit
+replaced by a no-op, so what is timed is the Python and numpy work a call costs on the host
+(planning, staging, binding, drawing, the cache's bookkeeping; a tree's growth and walk, which
+run as kernels on a GPU, in Python here). On the H200 this work is hidden behind the device in
+plain decode chains, but not all of it in a DFlash cycle, whose host waits for the verify's
+tokens.
 
     python tools/bench_host.py ARTIFACT [--n-draft 7] [--cycles 200] [--rounds 7] [--sessions 1]
         [--tree-nodes 15] [--profile]
 
 ARTIFACT: an export with a draft (`cellspec export GGUF DIR --draft ...`). Prints ms per DFlash
 round and per plain step of `--sessions` sessions at once (best and median of the rounds), the
-share of it a
-verify runs `meanwhile` (the drain of its rows, which a device overlaps with the verify), and
-with `--profile` a cProfile of the cycles. The outputs of the no-op runs are whatever the
-buffers hold, so the cycles accept nothing: each commits one token and drains its verify's
-rows, as a cycle of a draft that misses does.
+share of it a verify runs `meanwhile` (the drain of its rows and, where the cycle walks on the
+device, the next block and verify queued before its verdict: a device overlaps that with the
+verify), how many rounds walked on the device, and with `--profile` a cProfile of the cycles.
+The outputs of the no-op runs are whatever the buffers hold, so the drafts and draws are
+meaningless, but each cycle commits, drains and queues as a real one does.
 """
 
 from __future__ import annotations
@@ -51,10 +53,11 @@ def host_executor(folder: Path, n_draft: int, tree_nodes: int | None = None) -> 
 
 
 def without_device(executor: DFlashExecutor) -> None:
-    """Every later engine run, device copy, commit and gather does nothing."""
+    """Every later engine run, device copy, commit and gather does nothing (uploads stay: a
+    walk on the device reads the staged anchors' positions)."""
     device_engine.DeviceEngine._run = lambda self, session, options: None
     device = executor.backend.device
-    for name in ("commit", "gather", "copy", "upload"):
+    for name in ("commit", "gather", "copy"):
         setattr(device, name, lambda *args: None)
 
 
@@ -71,14 +74,18 @@ class Behind:
                            **kwargs)
 
         executor.target.forward = timed_forward
-        # a tree cycle's meanwhile work is its drain, whichever way its verify runs
-        executor._drain_trees = self.timed_call(executor._drain_trees)
+        # a tree cycle's meanwhile work is its drain, whichever way its verify runs, and
+        # where it walks on the device, the next cycle's block and verify queued before its
+        # verdict
+        for name in ("_drain_trees", "_queue_past_verdict", "_launch_past_verdict"):
+            setattr(executor, name, self.timed_call(getattr(executor, name)))
 
     def timed_call(self, work):
         def run(*args):
             start = time.perf_counter()
-            work(*args)
+            result = work(*args)
             self.seconds += time.perf_counter() - start
+            return result
         return run
 
     def timed(self, work):
@@ -140,11 +147,15 @@ def main() -> None:
     time_calls(executor, tokens, 20, 1, True)  # warm the memos
     for name, speculate in (("DFlash round", True), ("plain step", False)):
         behind.seconds = 0.0
+        rounds, walked = executor.stats.rounds, executor.stats.walked
         times = time_calls(executor, tokens, args.cycles, args.rounds, speculate)
         overlapped = 1e3 * behind.seconds / (args.cycles * args.rounds)
+        rounds, walked = executor.stats.rounds - rounds, executor.stats.walked - walked
         print(f"{name}, {args.sessions} session(s): host ms best {min(times):.3f}, median "
               f"{statistics.median(times):.3f} ({args.rounds} rounds of {args.cycles}); of "
-              f"which behind the verify (overlapped on a device) {overlapped:.3f} on average")
+              f"which behind the verify (overlapped on a device) {overlapped:.3f} on average"
+              + (f"; {walked} of {rounds} rounds queued the next before their verdict"
+                 if rounds else ""))
     if args.profile:
         profile = cProfile.Profile()
         profile.enable()

@@ -4,7 +4,7 @@ before and after every engine run, so the device's own timeline comes back: how 
 kept the device busy (the verify, the drain behind it, the draft block) and how long the device
 sat idle before each, waiting for the host to queue it.
 
-    python tools/cycle_timeline.py --draft DRAFT [--prompts 8] [--tokens 96] [--orders verify,new]
+    python tools/cycle_timeline.py --draft DRAFT [--prompts 8] [--tokens 96] [--orders walk,verify]
         [--work DIR] [--out FILE]
 
 Each run is bracketed on the stream by events recorded just before and after its
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=96)
-    parser.add_argument("--orders", default="verify,new")
+    parser.add_argument("--orders", default="walk,verify")
     parser.add_argument("--work", type=Path, default=Path("/tmp/cellspec-timeline"))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--profile", type=Path, help="also a cProfile of each order's timed "

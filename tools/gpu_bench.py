@@ -641,27 +641,36 @@ def cycle_orders(args) -> list[str]:
     return orders
 
 
-# what each --orders name turns on: (drawn_first, queue_ahead, verify_ahead, grow_on_device)
-CYCLE_ORDERS = {"verify": (True, True, True, True), "host-trees": (True, True, True, False),
-                "new": (True, True, False, False), "early": (True, False, False, False),
-                "ahead": (False, True, False, False), "old": (False, False, False, False)}
+# what each --orders name turns on: (drawn_first, queue_ahead, verify_ahead, grow_on_device,
+# walk_on_device)
+CYCLE_ORDERS = {"walk": (True, True, True, True, True),
+                "verify": (True, True, True, True, False),
+                "host-trees": (True, True, True, False, False),
+                "new": (True, True, False, False, False),
+                "early": (True, False, False, False, False),
+                "ahead": (False, True, False, False, False),
+                "old": (False, False, False, False, False)}
 
 
 def set_cycle_order(executor, order: str) -> None:
-    """One of --orders on a DFlash executor: "verify" (the default since 2026-12-04's second
-    sitting), the next cycle's verify queued at the verdict with its draft block, a greedy
-    one's trees grown on the device, the verify's tokens fetched before the drain behind it;
+    """One of --orders on a DFlash executor: "walk" (the default since 2026-12-04's third
+    sitting), as "verify" with the next draft block queued behind a verify grown on the
+    device before its verdict, its inputs walked on the device; "verify" (the second
+    sitting's default), the next cycle's verify queued at the verdict with its draft block, a
+    greedy one's trees grown on the device, the verify's tokens fetched before the drain
+    behind it;
     "host-trees", as verify with the trees grown on the host from the block's fetched
     choices; "new", the block queued ahead and the tokens first, no verify queued ahead (the
     first sitting's default); "early", the tokens first only; "ahead", the block queued ahead
     only; "old", none (as before 2026-12-04)."""
     if order not in CYCLE_ORDERS:
         raise SystemExit(f"cycle order {order!r}: expected one of {', '.join(CYCLE_ORDERS)}")
-    drawn_first, queue_ahead, verify_ahead, grow_on_device = CYCLE_ORDERS[order]
+    drawn_first, queue_ahead, verify_ahead, grow_on_device, walk_on_device = CYCLE_ORDERS[order]
     executor.backend.drawn_first = drawn_first
     executor.queue_ahead = queue_ahead
     executor.verify_ahead = verify_ahead
     executor.grow_on_device = grow_on_device
+    executor.walk_on_device = walk_on_device
 
 
 def drain_modes(args) -> list[str]:
@@ -902,8 +911,10 @@ def main() -> None:
             "turn for every speculative setting: behind (as the verify runs) or first (at the "
             "next cycle's start, as before 2026-12-02), e.g. behind,first,behind,first")
     commands.choices["smollm2"].add_argument(
-        "--orders", default="verify", help="what a speculative cycle queues before it waits, "
-        "each in turn for every speculative setting: verify (the default: the next draft block "
+        "--orders", default="walk", help="what a speculative cycle queues before it waits, "
+        "each in turn for every speculative setting: walk (the default: as verify, with the "
+        "next draft block queued behind a verify grown on the device before its verdict, "
+        "walked on the device), verify (the next draft block "
         "and the next verify queued at the verdict, a greedy verify's trees grown on the "
         "device, the verify's tokens fetched before the drain behind it), host-trees (as "
         "verify, the trees grown on the host), new (no verify queued ahead), early (the tokens "

@@ -1043,20 +1043,20 @@ for line in sys.stdin:
           # at the verdict: the trees' and float16 speculation's GPU tests (FULL=1: all of
           # tests/gpu; SKIP_TESTS=1: none), then the real SmolLM2 float16 with the LLM's
           # defaults (trees of 15) at BATCHES (1,2) sessions, the cycle orders ORDERS
-          # (verify,new,verify,new; tools/gpu_bench.py --orders) in turn, ROUNDS (2)
+          # (walk,verify,walk,verify; tools/gpu_bench.py --orders) in turn, ROUNDS (2)
           # processes; each row with its draft_block and verify ms a call and its host probe
     python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
     if [ -n "${FULL:-}" ]; then
       gpu_tests
     elif [ -z "${SKIP_TESTS:-}" ]; then
       CELLSPEC_DRAFT=$SHIPPED python3 -m pytest -q -p no:cacheprovider -W ignore \
-          tests/gpu/test_ort_cuda.py -k "tree or float16_speculation or grown" 2>&1 \
+          tests/gpu/test_ort_cuda.py -k "tree or float16_speculation or grown or walked" 2>&1 \
           | tee "$OUT"/gpu_tests_trees.log | tail -2
     fi
     for round in $(seq "${ROUNDS:-2}"); do
       CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py smollm2 --dtype float16 \
           --draft "$SHIPPED" --batches "${BATCHES:-1,2}" --tokens 96 \
-          --orders "${ORDERS:-verify,new,verify,new}" --out "$OUT/ahead-$round" --work "$WORK" 2>&1 \
+          --orders "${ORDERS:-walk,verify,walk,verify}" --out "$OUT/ahead-$round" --work "$WORK" 2>&1 \
           | grep -v "plugin EP" | grep "^{" | python3 -c "import json, sys
 for line in sys.stdin:
     row = json.loads(line)
@@ -1068,11 +1068,11 @@ for line in sys.stdin:
     ;;
   timeline)  # the device's own timeline of the real SmolLM2's speculative rounds (CUDA events
              # around every engine run, tools/cycle_timeline.py): busy and idle time per run
-             # kind, with the cycle orders ORDERS (verify,new,verify,new) in turn (PROFILE=1: and a
+             # kind, with the cycle orders ORDERS (walk,verify,walk,verify) in turn (PROFILE=1: and a
              # cProfile of each, profile-ORDER-K.txt)
     python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
     python3 tools/cycle_timeline.py --draft "$SHIPPED" --prompts "${PROMPTS:-8}" \
-        --orders "${ORDERS:-verify,new,verify,new}" --work "$WORK" --out "$OUT/timeline.json" \
+        --orders "${ORDERS:-walk,verify,walk,verify}" --work "$WORK" --out "$OUT/timeline.json" \
         ${PROFILE:+--profile "$OUT/profile"} 2>&1 \
         | grep -v "plugin EP" | grep "^{"
     ;;

@@ -16,7 +16,7 @@ j, so attention costs what the rows actually read, not the union of the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -201,6 +201,23 @@ class CellCache:
                                              full)
         return StepPlan(seq_ids, counts, positions, cells, table, lengths, mask, mask_window,
                         self.version, is_real, writes)
+
+    def rebase_step(self, plan: StepPlan) -> StepPlan:
+        """A writing plan made at an earlier version, for the sequences' frontiers now: the
+        same rows and new cells, its tokens at positions from each row's current frontier,
+        at the current version (to commit). Only where none of its new cells was taken since
+        (a tree's verify planned before its walk, rebased after keep_path freed the rows
+        off the path). Its cell_table, lengths and masks stay the old ones: its run read
+        those."""
+        if not plan.writes:
+            raise InvalidArgument("a read-only step cannot be rebased")
+        new_cells = plan.cells[plan.is_real]
+        if self.cell_refs[new_cells].any():
+            raise InvalidArgument("step planned on cells another step has taken since")
+        lengths = np.array([0 if seq == PAD_SEQ else len(self._cells_of(seq))
+                            for seq in plan.seq_ids.tolist()], np.int64)
+        positions = (lengths[:, None] + _columns(plan.positions.shape[1])[None, :]) * plan.is_real
+        return replace(plan, positions=positions, version=self.version)
 
     def commit_step(self, plan: StepPlan) -> None:
         """Apply a plan made against the current version: its tokens' cells become theirs."""

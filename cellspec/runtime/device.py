@@ -113,6 +113,47 @@ extern "C" __global__ void grow_trees(const long long* ids, const float* logp, i
         out[i] = token[i]; out[rows + i] = parent[i]; out[2 * rows + i] = depth[i];
     }
 }
+// Each owner's tree (record [owners, 3, rows], as grow_trees writes it) walked by its verify's
+// greedy draws (drawn: owner o's rows at o * stride), as runtime/trees.py's walk does, one
+// thread per owner, into a draft block's staged inputs (row o of each, `width` slots, `cells`
+// columns of cell table): the block was staged with the owner's draft cells holding its tree's
+// rows in row order from position base = positions[0] (the verify's anchor). The accepted
+// rows' cells move down to base, base + 1, ... (as CellCache.keep_path moves them), the mask's
+// columns of the others are cleared, the draw after the path becomes the block's anchor at
+// base + path length; out [owners, 2]: each path's length (the anchor's row included) and that
+// draw.
+extern "C" __global__ void walk_trees(const long long* drawn, int stride,
+                                      const long long* record, int rows, long long* tokens,
+                                      long long* positions, long long* cell_table,
+                                      unsigned char* mask, int width, int cells,
+                                      long long* out) {
+    if (threadIdx.x != 0) return;
+    const int o = blockIdx.x;
+    const long long* my_drawn = drawn + (long long)o * stride;
+    const long long* tree = record + (long long)o * 3 * rows;  // tokens, parents, depths
+    long long* row_positions = positions + (long long)o * width;
+    long long* table = cell_table + (long long)o * cells;
+    const long long base = row_positions[0];
+    int row = 0, length = 1;
+    for (;;) {
+        int next = -1;
+        for (int c = row + 1; c < rows; ++c)
+            if (tree[rows + c] == row && tree[c] == my_drawn[row]) { next = c; break; }
+        if (next < 0) break;
+        table[base + length] = table[base + next];
+        ++length;
+        row = next;
+    }
+    const long long end = base + length;
+    tokens[(long long)o * width] = my_drawn[row];
+    for (int j = 0; j < width; ++j) {
+        row_positions[j] = end + j;
+        unsigned char* mask_row = mask + ((long long)o * width + j) * (cells + width);
+        for (long long c = base; c < base + rows && c < cells; ++c) mask_row[c] = c < end;
+    }
+    out[2 * o] = length;
+    out[2 * o + 1] = my_drawn[row];
+}
 """
 
 MAX_TREE_ROWS = 64  # grow_trees' limit: a tree of at most 63 nodes and its anchor
@@ -218,6 +259,30 @@ class HostDevice:
                 self._bytes(mask + (o * width + i) * keys + cells, rows)[:] = seen[i]
             out[o] = [row_tokens, tree.parents, tree.depths]
 
+    def walk_trees(self, drawn: int, stride: int, record: int, owners: int, rows: int,
+                   tokens: int, positions: int, cell_table: int, mask: int, width: int,
+                   cells: int, out: int) -> None:
+        """CudaDevice.walk_trees by runtime/trees.py's walk itself, over the same memory."""
+        from cellspec.runtime.trees import DraftTree, walk
+
+        trees = self._bytes(record, 24 * owners * rows).view(np.int64).reshape(owners, 3, rows)
+        result = self._bytes(out, 16 * owners).view(np.int64).reshape(owners, 2)
+        for o in range(owners):
+            tree = DraftTree(trees[o, 0, 1:].copy(), trees[o, 1].copy(), trees[o, 2].copy())
+            path, burst = walk(tree, self._bytes(drawn + 8 * o * stride, 8 * rows)
+                               .view(np.int64))
+            row_positions = self._bytes(positions + 8 * o * width, 8 * width).view(np.int64)
+            base, length = int(row_positions[0]), len(path)
+            table = self._bytes(cell_table + 8 * o * cells, 8 * cells).view(np.int64)
+            table[base: base + length] = table[base + np.array(path)]
+            self._bytes(tokens + 8 * o * width, 8).view(np.int64)[0] = burst[-1]
+            row_positions[:] = base + length + np.arange(width)
+            seen = min(rows, cells - base)
+            for j in range(width):
+                start = mask + (o * width + j) * (cells + width) + base
+                self._bytes(start, seen)[:] = np.arange(seen) < length
+            result[o] = length, burst[-1]
+
     def _bytes(self, ptr: int, nbytes: int) -> np.ndarray:
         """The bytes at [ptr, ptr + nbytes), which must lie inside one array: the one at the
         highest address not above ptr (arrays never overlap)."""
@@ -251,6 +316,7 @@ class CudaDevice:
         self.cuda = cuda
         self.stream = cuda.Stream()
         self._commit_kernel = self._gather_kernel = self._tree_kernel = None
+        self._walk_kernel = None
 
     def alloc(self, nbytes: int) -> Buffer:
         allocation = self.cuda.mem_alloc(max(nbytes, 1))
@@ -323,6 +389,17 @@ class CudaDevice:
                           np.int32(cells), np.uintp(record), block=(32, 1, 1),
                           grid=(owners, 1), stream=self.stream)
 
+    def walk_trees(self, drawn: int, stride: int, record: int, owners: int, rows: int,
+                   tokens: int, positions: int, cell_table: int, mask: int, width: int,
+                   cells: int, out: int) -> None:
+        """Each owner's grown tree (`record`) walked by its verify's draws at `drawn` into a
+        draft block's staged inputs and `out`, on the stream (the kernel's comment says how)."""
+        self._compile()
+        self._walk_kernel(np.uintp(drawn), np.int32(stride), np.uintp(record), np.int32(rows),
+                          np.uintp(tokens), np.uintp(positions), np.uintp(cell_table),
+                          np.uintp(mask), np.int32(width), np.int32(cells), np.uintp(out),
+                          block=(32, 1, 1), grid=(owners, 1), stream=self.stream)
+
     def _compile(self):
         if self._commit_kernel is None:
             from pycuda.compiler import SourceModule
@@ -331,4 +408,5 @@ class CudaDevice:
             self._commit_kernel = module.get_function("commit_rows")
             self._gather_kernel = module.get_function("gather_rows")
             self._tree_kernel = module.get_function("grow_trees")
+            self._walk_kernel = module.get_function("walk_trees")
         return self._commit_kernel

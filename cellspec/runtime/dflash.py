@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -52,7 +52,7 @@ import numpy as np
 from cellspec import artifact as names
 from cellspec.errors import InvalidArgument
 from cellspec.manifest_fields import is_int
-from cellspec.runtime.backend import Backend, TreeGrowth
+from cellspec.runtime.backend import Backend, TreeGrowth, TreeVerdict
 from cellspec.runtime.device import MAX_TREE_ROWS
 from cellspec.runtime.draft import DraftModel, ProposalRequest
 from cellspec.runtime.draws import Draws
@@ -82,6 +82,7 @@ class SpecStats:
     accepted: int = 0
     bonus: int = 0  # cycles whose every proposal was accepted
     grown: int = 0  # rounds whose trees grew on the device (verify_ahead, grow_on_device)
+    walked: int = 0  # rounds that queued the next block and verify before their verdict
     plain_over_limit: int = 0  # batches stepped plainly: more than max_spec_batch could speculate
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -104,6 +105,26 @@ class _VerifyAhead:
     samplings: list[tuple]  # each session's (sampling, seed)
     trees: list[DraftTree] | Callable[[], list[DraftTree]]  # the call: grown on the device
     finish: Callable[[Callable[[], None] | None], ForwardResult]
+    stride: int  # draws per owner in the target's GREEDY (the verify step's slots per row)
+    tokens_first: bool  # its draws come back by a copy queued behind it (launch_tree)
+    # where it or its block was queued before the last verdict: whether the device walked
+    # the last trees as the host did (else its inputs or its trees' are wrong: dropped)
+    walked_as_host: Callable[[], bool] | None = None
+
+
+@dataclass
+class _PastVerdict:
+    """The next cycle's verify, queued before this cycle's verdict (_launch_past_verdict)."""
+
+    step: TreeStep
+    growth: TreeGrowth
+    finish: Callable[..., ForwardResult]  # finish(meanwhile, plan=the rebased plan)
+
+
+def _queued_past_verdict() -> None:
+    """The choices of a block queued before its verdict (DFlashExecutor._queue_past_verdict):
+    only a verify grown from them on the device takes them; any other use runs a block."""
+    return None
 
 
 def _grown(growth: TreeGrowth) -> list[DraftTree]:
@@ -133,6 +154,15 @@ class DFlashExecutor(Executor):
     # choices' round trip to the host (where the backend `grows_trees`: ort-cuda); False: the
     # host grows them from the fetched choices (as in 2026-12-04's second sitting)
     grow_on_device = True
+    # a cycle that finishes a verify grown on the device queues the next cycle's draft block
+    # and verify behind it before the verdict is on the host: the device walks the trees by
+    # the verify's draws into their staged inputs (TreeVerdict), so the device goes from the
+    # verify to the drain behind it, the next block and the next verify with no wait for the
+    # host, which walks, keeps the paths and rebases the next verify's plan meanwhile; it
+    # checks the device's paths against its own at the next cycle, which drops that verify
+    # where they differ (False: both are queued after the host's walk, as in 2026-12-04's
+    # second sitting)
+    walk_on_device = True
 
     def __init__(self, *args, draft: DraftModel | None = None,
                  proposer: Proposer | None = None, n_draft: int | None = None,
@@ -354,10 +384,22 @@ class DFlashExecutor(Executor):
         # after the verdict both caches keep the accepted path, and the next cycle has
         # nothing to drain first
         ahead = self._verify_taken(requests, nodes)
+        verdict: TreeVerdict | None = None
+        launched: _PastVerdict | None = None
         if ahead is not None:  # queued at the last cycle's verdict: running already
-            trees = ahead.trees() if callable(ahead.trees) else ahead.trees
-            self.stats.grown += callable(ahead.trees)
-            result = ahead.finish(lambda: self._drain_trees(requests, trees))
+            grown = callable(ahead.trees)
+            trees = ahead.trees() if grown else ahead.trees
+            self.stats.grown += grown
+
+            def behind() -> None:  # queued behind the verify: its drain, the next cycle's
+                nonlocal verdict, launched  # block and verify where walked on the device
+                self._drain_trees(requests, trees)
+                if grown:
+                    verdict = self._queue_past_verdict(requests, nodes, ahead.stride)
+                if verdict is not None and ahead.tokens_first:
+                    launched = self._launch_past_verdict(requests, nodes, ahead.stride)
+
+            result = ahead.finish(behind)
         else:
             # the verify is planned first: where this cycle's block was queued ahead, the
             # host plans while the device runs the block
@@ -378,11 +420,30 @@ class DFlashExecutor(Executor):
             self._count(len(path) - 1, width - 1)
             paths.append(path)
             bursts.append(burst)
-        after = self._queue_ahead(requests, paths, bursts)
+        walked_as_host = None
+        if verdict is None:
+            after = self._queue_ahead(requests, paths, bursts)
+        else:  # queued already, its inputs walked on the device
+            after = self._advanced(requests, paths, bursts)
+            self._ahead = (after, _queued_past_verdict)
+            expected = np.array([[len(path), burst[-1]] for path, burst in zip(paths, bursts)])
+            fetch = verdict.fetch
+            assert fetch is not None
+            walked_as_host = lambda: np.array_equal(fetch(), expected)  # noqa: E731
         for request, path in zip(requests, paths):  # (host work only: after the queueing)
             self.cache.keep_path(request.sid, request.position, path)
-        if after is not None:
-            self._launch_verify(after, nodes)
+        if launched is not None:  # queued already: its plan now follows the paths kept
+            assert after is not None
+            self._ahead = None
+            self.stats.walked += 1
+            plan = self.cache.rebase_step(launched.step.plan)
+            self._ahead_verify = _VerifyAhead(
+                after, nodes, plan.version, self.draft.cache.version, self._target_runs(),
+                self._samplings(after), partial(_grown, launched.growth),
+                partial(launched.finish, plan=plan), launched.step.stride,
+                launched.finish.tokens_first, walked_as_host)
+        elif after is not None:
+            self._launch_verify(after, nodes, walked_as_host)
         return bursts
 
     def _tree_verify(self, requests: list[ProposalRequest], nodes: int, step: TreeStep,
@@ -402,12 +463,14 @@ class DFlashExecutor(Executor):
         draws = self.draws([r.sid for r in requests for _ in range(width)], positions)
         return step, trees, tokens, parents, draws
 
-    def _launch_verify(self, after: list[ProposalRequest], nodes: int) -> None:
+    def _launch_verify(self, after: list[ProposalRequest], nodes: int,
+                       walked_as_host: Callable[[], bool] | None = None) -> None:
         """At a tree verdict, after the next cycle's block was queued (`_queue_ahead`, whose
         requests are `after`): take its choices and queue the next cycle's verify too, left
         uncommitted (TargetModel.launch_tree), so that the host's return to the caller and
         the next call run behind it (`verify_ahead`). The next cycle finishes it where
-        `_verify_taken` says it is still that cycle's verify."""
+        `_verify_taken` says it is still that cycle's verify. walked_as_host: where the block
+        was queued before the verdict (`walk_on_device`), the check of its paths."""
         if not (self.verify_ahead and self.backend.launches and self._ahead is not None):
             return
         step = self.target.plan_tree(np.array([r.sid for r in after], np.int64), nodes + 1)
@@ -428,7 +491,8 @@ class DFlashExecutor(Executor):
             finish = self.target.launch_tree(step, tokens, parents, draws)
         self._ahead_verify = _VerifyAhead(
             after, nodes, step.plan.version, self.draft.cache.version, self._target_runs(),
-            self._samplings(after), trees, finish)
+            self._samplings(after), trees, finish, step.stride, finish.tokens_first,
+            walked_as_host)
 
     def _grows_trees(self, requests: list[ProposalRequest], nodes: int) -> bool:
         """Whether the next verify's trees grow on the device (`grow_on_device`): where the
@@ -444,14 +508,17 @@ class DFlashExecutor(Executor):
         """The verify queued at the last cycle's verdict, where it is this cycle's: the same
         sessions at the same anchors and positions, the same tree size, and since then no
         change to either cache, no other run of the target, the same sampling for every
-        session. Else None: it is dropped (it changed nothing the caches hold)."""
+        session, and where its block was queued before the last verdict, the device's walk of
+        the last trees the host's. Else None: it is dropped (it changed nothing the caches
+        hold)."""
         ahead, self._ahead_verify = self._ahead_verify, None
         if ahead is None or ahead.requests != requests or ahead.nodes != nodes:
             return None
         if (ahead.version != self.cache.version
                 or ahead.draft_version != self.draft.cache.version
                 or ahead.runs != self._target_runs()
-                or ahead.samplings != self._samplings(requests)):
+                or ahead.samplings != self._samplings(requests)
+                or (ahead.walked_as_host is not None and not ahead.walked_as_host())):
             return None
         return ahead
 
@@ -470,13 +537,62 @@ class DFlashExecutor(Executor):
         the next cycle's requests where it did."""
         if not self.queue_ahead or self.proposer is not self.draft:
             return None
-        after = [ProposalRequest(r.sid, burst[-1], r.position + len(path))
-                 for r, path, burst in zip(requests, paths, bursts)]
+        after = self._advanced(requests, paths, bursts)
         if not all(self._cycle_fits(a.position) for a in after):
             return None
         take = self.draft.queue_choices(after, self.n_draft)
         self._ahead = None if take is None else (after, take)
         return None if take is None else after
+
+    @staticmethod
+    def _advanced(requests: list[ProposalRequest], paths: list[list[int]],
+                  bursts: list[tuple[int, ...]]) -> list[ProposalRequest]:
+        """The next cycle's requests of the same sessions, past their accepted paths."""
+        return [ProposalRequest(r.sid, burst[-1], r.position + len(path))
+                for r, path, burst in zip(requests, paths, bursts)]
+
+    def _queue_past_verdict(self, requests: list[ProposalRequest], nodes: int, stride: int
+                            ) -> TreeVerdict | None:
+        """Behind a verify whose trees grew on the device (and its drain), queue the next
+        cycle's draft block of the same sessions before the verdict is on the host, its inputs
+        walked on the device (`walk_on_device`): where the next cycle's verify would grow its
+        trees from it on the device too (`_launch_verify`), and every session's next cycle
+        fits whatever the verdict. Returns the walk's TreeVerdict, or None where not queued."""
+        if not (self.walk_on_device and self.queue_ahead and self.verify_ahead
+                and self.proposer is self.draft and self.backend.launches
+                and self._grows_trees(requests, nodes)):
+            return None
+        longest = min(nodes, self.n_draft) + 1  # the rows of a tree's deepest path
+        if not all(self._cycle_fits(r.position + longest) for r in requests):
+            return None
+        verdict = TreeVerdict(self.target.engine, stride, len(requests), nodes + 1)
+        return verdict if self.draft.queue_past_verdict(requests, self.n_draft, verdict) \
+            else None
+
+    def _launch_past_verdict(self, requests: list[ProposalRequest], nodes: int, stride: int
+                             ) -> _PastVerdict:
+        """Behind the block `_queue_past_verdict` queued, the next cycle's verify of the same
+        sessions, before the verdict: planned from this cycle's anchors with every row of
+        their trees in the cache (their cells stay taken, so the new rows' cells are others),
+        its trees grown from that block; the device first walks this cycle's trees into its
+        staged anchors, positions, cell table and mask (TargetModel.launch_tree's walk). The
+        cycle rebases its plan once the host has kept the paths."""
+        owners = len(requests)
+        step = self.target.plan_tree(np.array([r.sid for r in requests], np.int64), nodes + 1)
+        # each row's positions from its anchor's, where the walk starts (rebase_step gives
+        # the plan its own positions again)
+        positions = step.plan.positions.copy()
+        positions[:owners] = np.array([[r.position] for r in requests])
+        step = replace(step, plan=replace(step.plan, positions=positions))
+        tokens = np.zeros((owners, nodes + 1), np.int64)
+        tokens[:, 0] = [r.anchor for r in requests]  # (the walk writes the next anchors)
+        # greedy rows: every uniform is 0, whatever the position a row's depth gives
+        draws = self.draws([r.sid for r in requests for _ in range(nodes + 1)],
+                           [r.position + j + 1 for r in requests for j in range(nodes + 1)])
+        growth = TreeGrowth(self.draft.block, owners, self.n_draft, nodes)
+        walk = TreeVerdict(self.target.engine, stride, owners, nodes + 1)
+        finish = self.target.launch_tree(step, tokens, None, draws, grow=growth, walk=walk)
+        return _PastVerdict(step, growth, finish)
 
     def _choices(self, requests: list[ProposalRequest]) -> tuple[np.ndarray, np.ndarray]:
         """The proposer's top choices for `requests` (propose_choices): the block queued ahead

@@ -23,7 +23,7 @@ import numpy as np
 from cellspec import artifact as names
 from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArtifact
-from cellspec.runtime.backend import TAPS_POOL, Backend, Gather, Pools
+from cellspec.runtime.backend import TAPS_POOL, Backend, Gather, Pools, TreeVerdict
 from cellspec.runtime.cell_cache import CellCache
 from cellspec.runtime.planner import PieceShape, piece_index, plan_pieces, runs_of
 from cellspec.runtime.target import MethodStats, check_pools
@@ -138,6 +138,27 @@ class DraftModel:
             return None
 
         return take
+
+    def queue_past_verdict(self, requests: list[ProposalRequest], n_draft: int,
+                           verdict: TreeVerdict) -> bool:
+        """Queue the next cycle's block of `requests` (this cycle's: at most `max_owners`,
+        each at its verify's anchor, every row of its tree drained) before the verify's verdict
+        is on the host: the device walks the trees (`verdict`, on a backend whose `queue` takes
+        one) into the block's feeds, staged here from the anchors' positions with every tree
+        row's cell. The block's outputs are then those of the block `queue_choices` would
+        queue after the verdict, for a verify grown from them (TreeGrowth). Returns whether it
+        was queued."""
+        queue = getattr(self.backend, "queue", None)
+        if queue is None or len(requests) > self.method.max_owners:
+            return False
+        start = time.perf_counter()
+        method, shape, feeds = self._block_step(requests, n_draft)
+        positions = feeds[names.POSITIONS] = feeds[names.POSITIONS].copy()
+        positions[: len(requests)] = np.array([[r.position] for r in requests])
+        queue(self.block, [self.pools], feeds, [names.TOP_IDS, names.TOP_LOGP],
+              static=shape.is_static, verdict=verdict)
+        self.stats[f"{method} past verdict"].add(len(requests), time.perf_counter() - start)
+        return True
 
     def _block_step(self, requests: list[ProposalRequest], n_draft: int
                     ) -> tuple[str, PieceShape, dict[str, np.ndarray]]:

@@ -27,7 +27,15 @@ from cellspec import artifact as names
 from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument, InvalidArtifact
 from cellspec.rewrite import ATTN_SEQLENS
-from cellspec.runtime.backend import Backend, Chain, Engine, Gather, Pools, TreeGrowth
+from cellspec.runtime.backend import (
+    Backend,
+    Chain,
+    Engine,
+    Gather,
+    Pools,
+    TreeGrowth,
+    TreeVerdict,
+)
 from cellspec.runtime.bindings import shape_of, step_dims
 from cellspec.runtime.device import MAX_TREE_ROWS, Buffer
 from cellspec.runtime.device_engine import DeviceEngine, Staging
@@ -97,12 +105,17 @@ class OrtDeviceBackend(Backend):
         # work, so that they come back when the run ends rather than when the work does (False:
         # after it, as before 2026-12-04; benchmarks compare the two)
         self.drawn_first = True
-        self.copied = None  # the event of _download_later, recorded again at each use
+        # _download_later's events, one per (engine, turn), each recorded again at its use
+        self.copied: dict[tuple[int, int], object] = {}
+        self.turns: dict[int, int] = {}  # each engine's last turn of _download_later (0, 1)
         self.pinned_views: dict = {}  # see _pinned_view
         # trees grown on the device (_grow): their record's device and page-locked memory, and
         # the event of its copy
         self.tree_record: tuple[Buffer, np.ndarray] | None = None
         self.grown = None
+        # trees walked on the device (_walk): the same for each path's length and next token
+        self.walk_record: tuple[Buffer, np.ndarray] | None = None
+        self.walked = None
 
     def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
         return self.policy
@@ -132,17 +145,21 @@ class OrtDeviceBackend(Backend):
                outputs: list[str], cells: np.ndarray | None = None,
                draws: Draws | None = None, static: bool = False,
                gather: Gather | None = None, early: bool = True,
-               grow: TreeGrowth | None = None
+               grow: TreeGrowth | None = None, walk: TreeVerdict | None = None
                ) -> Callable[[Callable[[], None] | None], dict[str, np.ndarray]]:
         """Queue what `run` runs (staging, run, commit, draw) and return the call that
         finishes it: `finish(meanwhile)` calls `meanwhile` (its runs go behind this one) and
         gives what `run` gives. `early`: the drawn tokens' copy to page-locked memory is
         queued now (`drawn_first`), so they come back when the run ends, whatever is queued
         behind it. The caller finishes before the engine (or the sampler) runs again: their
-        output buffers are this run's until then. `grow`: the trees of a verify staged without
-        them are grown on the device before it runs (TreeGrowth; grow.fetch is set)."""
+        output buffers are this run's until then; except where `finish.tokens_first` (the
+        drawn tokens, all it gives, were copied early): then `meanwhile` may run it again.
+        `grow`: the trees of a verify staged without them are grown on the device before it
+        runs (TreeGrowth; grow.fetch is set), and
+        `walk`: before that, the last verify's trees are walked into its staged anchors,
+        positions, cell table and mask (TreeVerdict, as for `queue`'s block)."""
         dims = self._queue(engine, pools, feeds, outputs, cells, _draw_output(draws), static,
-                           gather, grow=grow)
+                           gather, grow=grow, verdict=walk)
         clock = _Clock(self.timings)
         drawn = None if draws is None else self._drawn(engine, dims, draws, static)
         clock.lap("draw")
@@ -152,6 +169,7 @@ class OrtDeviceBackend(Backend):
             copied = self._download_later(source, [name], source_dims)
 
         def finish(meanwhile: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+            # (with tokens_first, `meanwhile` may run the engine again: they are copied)
             if meanwhile is not None:  # queued behind this run (where in_order) as it runs
                 meanwhile()  # (its runs time their own phases)
             clock = _Clock(self.timings)
@@ -165,15 +183,17 @@ class OrtDeviceBackend(Backend):
             clock.lap("fetch")
             return result
 
+        finish.tokens_first = copied is not None and not outputs  # type: ignore[attr-defined]
         return finish
 
     def queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
-              outputs: list[str], static: bool = False
+              outputs: list[str], static: bool = False, verdict: TreeVerdict | None = None
               ) -> Callable[[], dict[str, np.ndarray] | None]:
         """Queue a run that commits and draws nothing (a draft block); returns the call that
         fetches its `outputs`, or gives None once the engine has run again (its buffers hold
-        that run's outputs then)."""
-        dims = self._queue(engine, pools, feeds, outputs, None, None, static)
+        that run's outputs then). `verdict`: a verify's trees are walked on the device into
+        the staged feeds before it runs (TreeVerdict; verdict.fetch is set)."""
+        dims = self._queue(engine, pools, feeds, outputs, None, None, static, verdict=verdict)
         assert isinstance(engine, DeviceEngine)
         runs = engine.runs
 
@@ -192,13 +212,18 @@ class OrtDeviceBackend(Backend):
         """Queue the copies of `outputs` (of `engine` at `dims`) to page-locked memory, and
         return the call that waits for them all at once (one event) and gives them; None where
         a shape has no page-locked view (see _pinned_view: the caller fetches as usual)."""
-        hosts = {name: self._pinned_view(engine, name, dims) for name in outputs}
+        # two turns per engine, each with its own memory and event: a verify's tokens can be
+        # on their way while the next verify, queued behind it, copies its own
+        turn = self.turns[id(engine)] = self.turns.get(id(engine), 0) ^ 1
+        hosts = {name: self._pinned_view(engine, name, dims, turn) for name in outputs}
         if any(host is None for host in hosts.values()):
             return None
         for name, host in hosts.items():
             self.device.download_later(host, engine.buffers[name].ptr)
-        # one event, recorded again each time: every copy is waited for before the next
-        self.copied = done = self.device.mark(self.copied)
+        # one event per turn, recorded again each time: a copy is waited for before the one
+        # two turns later
+        key = (id(engine), turn)
+        self.copied[key] = done = self.device.mark(self.copied.get(key))
 
         def wait() -> dict[str, np.ndarray]:
             done.synchronize()
@@ -206,14 +231,15 @@ class OrtDeviceBackend(Backend):
 
         return wait
 
-    def _pinned_view(self, engine: DeviceEngine, name: str, dims: dict[str, int]
+    def _pinned_view(self, engine: DeviceEngine, name: str, dims: dict[str, int], turn: int
                      ) -> np.ndarray | None:
         """Page-locked memory of output `name`'s shape and type at `dims`, one per (engine,
-        output, shape), kept: a verify's and a queued block's few shapes repeat. None past
-        PINNED_VIEWS of them (many shapes, each seen once: the caller fetches as usual)."""
+        output, shape, turn), kept: a verify's and a queued block's few shapes repeat. None
+        past PINNED_VIEWS of them (many shapes, each seen once: the caller fetches as
+        usual)."""
         spec = engine.outputs[name]
         shape = shape_of(spec.shape, dims)
-        key = (id(engine), name, shape)
+        key = (id(engine), name, shape, turn)
         view = self.pinned_views.get(key)
         if view is None:
             if len(self.pinned_views) >= PINNED_VIEWS:
@@ -228,7 +254,8 @@ class OrtDeviceBackend(Backend):
                outputs: list[str], cells: np.ndarray | None, draw_output: str | None,
                static: bool, gather: Gather | None = None,
                tokens_from: tuple[int, int] | None = None,
-               grow: TreeGrowth | None = None) -> dict[str, int]:
+               grow: TreeGrowth | None = None,
+               verdict: TreeVerdict | None = None) -> dict[str, int]:
         """Stage the feeds, bind, run, and commit each pool's new rows at `cells`: queued on the
         device's stream where the backend is `in_order`, else waited for. tokens_from (address,
         bytes): the start of the token input is copied from there, device to device, after the
@@ -247,6 +274,8 @@ class OrtDeviceBackend(Backend):
                                                draw_output))
         if tokens_from is not None:
             self.device.copy(engine.input_address(names.TOKENS), *tokens_from)
+        if verdict is not None:  # (before a growth: that writes the record the walk reads)
+            verdict.fetch = self._walk(engine, verdict)
         if grow is not None:
             grow.fetch = self._grow(engine, grow)
         clock.lap("stage")
@@ -283,6 +312,35 @@ class OrtDeviceBackend(Backend):
         host = pinned[:nbytes].view(np.int64).reshape(grow.owners, 3, rows)
         self.device.download_later(host, record.ptr)
         self.grown = done = self.device.mark(self.grown)
+
+        def fetch() -> np.ndarray:
+            done.synchronize()
+            return host.copy()
+
+        return fetch
+
+    def _walk(self, engine: DeviceEngine, verdict: TreeVerdict) -> Callable[[], np.ndarray]:
+        """Queue the walk of the trees last grown here (their record) by the verify's draws
+        into `engine`'s staged block inputs, and the copy of each path's length and next token
+        to page-locked memory; returns the call that waits for it and gives them."""
+        assert self.tree_record is not None, "a walk of trees grown on the device"
+        assert isinstance(verdict.verify, DeviceEngine)
+        shape = engine.active.bound[(names.ATTN_MASK, True)][0]  # [S, 1, Q, N + Q]
+        width, keys = shape[2], shape[3]
+        if self.walk_record is None:
+            size = 16 * self.limits["S"]
+            self.walk_record = self.device.alloc(size), self.device.pinned(size)
+        record, pinned = self.walk_record
+        self.device.walk_trees(verdict.verify.buffers[names.GREEDY].ptr, verdict.stride,
+                               self.tree_record[0].ptr, verdict.owners, verdict.rows,
+                               engine.input_address(names.TOKENS),
+                               engine.input_address(names.POSITIONS),
+                               engine.input_address(names.CELL_TABLE),
+                               engine.input_address(names.ATTN_MASK), width, keys - width,
+                               record.ptr)
+        host = pinned[: 16 * verdict.owners].view(np.int64).reshape(verdict.owners, 2)
+        self.device.download_later(host, record.ptr)
+        self.walked = done = self.device.mark(self.walked)
 
         def fetch() -> np.ndarray:
             done.synchronize()

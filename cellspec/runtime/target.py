@@ -23,7 +23,14 @@ from cellspec import artifact as names
 from cellspec.artifact import LayerCache, Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.rewrite import ATTN_SEQLENS, grouped_feeds
-from cellspec.runtime.backend import TAPS_POOL, Backend, Engine, TensorSpec, TreeGrowth
+from cellspec.runtime.backend import (
+    TAPS_POOL,
+    Backend,
+    Engine,
+    TensorSpec,
+    TreeGrowth,
+    TreeVerdict,
+)
 from cellspec.runtime.cell_cache import CellCache, StepPlan
 from cellspec.runtime.draws import DRAWN, Draws, make_draws
 from cellspec.runtime.planner import PieceShape, piece_index, plan_pieces, runs_of
@@ -48,6 +55,12 @@ class TreeStep:
     owners: int  # O sequences
     width: int  # tokens each
     slots: np.ndarray  # [O * width]: each token's slot in the padded step, row-major
+
+    @property
+    def stride(self) -> int:
+        """Draws per owner where the step's GREEDY holds them: every slot of a static step's
+        rows, else the asked ones (owner o's at o * stride)."""
+        return self.shape.width if self.shape.is_static else self.width
 
 
 @dataclass
@@ -139,8 +152,9 @@ class TargetModel:
         return self.launch_tree(step, tokens, tree, draws)(meanwhile)
 
     def launch_tree(self, step: TreeStep, tokens: np.ndarray, tree: np.ndarray | None,
-                    draws: Draws, grow: TreeGrowth | None = None
-                    ) -> Callable[[Callable[[], None] | None], ForwardResult]:
+                    draws: Draws, grow: TreeGrowth | None = None,
+                    walk: TreeVerdict | None = None
+                    ) -> Callable[..., ForwardResult]:
         """Queue the verify `forward_tree` runs, without committing its plan or waiting for it
         (only where the backend `launches`). The call returned finishes it: it commits the
         plan (the cache must still be at the plan's version: nothing changed it since, and
@@ -148,7 +162,12 @@ class TargetModel:
         the verify and gives what forward_tree gives. Left unfinished, the verify changes
         nothing the cache holds: its keys, values and taps went to cells that stay free. tree
         None: the device grows the trees (`grow`, OrtDeviceBackend.launch) into a step staged
-        as a chain, whose tokens give each row's anchor (column 0) only."""
+        as a chain, whose tokens give each row's anchor (column 0) only. walk: planned before
+        the last verify's verdict, from its anchors with every row of its trees in the cache
+        (grown ones): the device walks them into the staged inputs first (TreeVerdict), and
+        the call takes the plan rebased after keep_path (CellCache.rebase_step) to commit.
+        Its `tokens_first`: the backend's (the draws come back by a copy queued behind the
+        verify, so `meanwhile` may queue the next verify)."""
         assert tokens.shape == (step.owners, step.width), "the planned rows"
         assert tree is None or tree.shape == tokens.shape, "a parent per token"
         assert (tree is None) == (grow is not None), "trees given or grown"
@@ -156,12 +175,13 @@ class TargetModel:
         start = time.perf_counter()
         feeds, spread = self._feeds(step.plan, step.shape, tokens, step.slots, draws, tree)
         finish = self.backend.launch(self.engine, self.run_pools, feeds, [], step.plan.cells,
-                                     spread, static=step.shape.is_static, grow=grow)
+                                     spread, static=step.shape.is_static, grow=grow, walk=walk)
         seconds = time.perf_counter() - start
 
-        def done(meanwhile: Callable[[], None] | None = None) -> ForwardResult:
+        def done(meanwhile: Callable[[], None] | None = None,
+                 plan: StepPlan | None = None) -> ForwardResult:
             start = time.perf_counter()
-            self.cache.commit_step(step.plan)  # the run only reads the plan
+            self.cache.commit_step(plan or step.plan)  # the run only reads the plan
             drawn = finish(meanwhile)[DRAWN]
             if step.shape.is_static:
                 drawn = drawn[step.slots]
@@ -169,6 +189,7 @@ class TargetModel:
                                              seconds + time.perf_counter() - start)
             return ForwardResult(drawn, None)
 
+        done.tokens_first = finish.tokens_first  # type: ignore[attr-defined]
         return done
 
     def _plan(self, seqs: np.ndarray, width: int) -> tuple[StepPlan, PieceShape]:

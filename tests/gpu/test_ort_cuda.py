@@ -239,6 +239,23 @@ def test_trees_grown_on_the_device_are_grow_trees(nodes):
     assert (record[:, 1, 0] == -1).all() and (record[:, 2, 1:] >= 1).all()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_trees_walked_on_the_device_are_walk(seed):
+    """CudaDevice.walk_trees against HostDevice's (runtime/trees.py's walk itself) on the same
+    memory: trees of 15 nodes walked by draws along random paths into a block staged before
+    the verdict (tests/runtime/test_trees.py's walk_case, three owners and a padding row).
+    Every byte of the feeds and of the out is the same, those the walk does not touch
+    included."""
+    from cellspec.runtime.device import CudaDevice, HostDevice
+    from tests.runtime.test_trees import device_walk, walk_case
+
+    case = walk_case(seed)
+    cuda, host = device_walk(CudaDevice(), case), device_walk(HostDevice(), case)
+    for name in host:
+        np.testing.assert_array_equal(cuda[name], host[name], err_msg=name)
+    np.testing.assert_array_equal(host["out"][:, 0], [len(p) for p in case["paths"]])
+
+
 def recording(obj, name: str) -> list:
     """What obj.name returns from now on, call by call."""
     results, method = [], getattr(obj, name)
@@ -259,7 +276,8 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
     behind it; every prompt's 48 tokens are plain decoding's, and the queued blocks were the
     ones taken. With `verify_ahead` (the default) the verdict also queues the next verify,
     which every cycle but a prompt's first finishes: greedy, its trees grow on the device from
-    the block's outputs; sampled, on the host from the block's fetched choices. Without it,
+    the block's outputs, and both were queued behind the verify before its verdict, their
+    inputs walked on the device; sampled, on the host from the block's fetched choices. Without it,
     each cycle takes the block queued at the last verdict and runs its own verify."""
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
     monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
@@ -275,6 +293,8 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
         for i, prompt in enumerate(ids):
             assert decode(spec, [prompt], sampling, 48, [i]) == expected[i]
         ahead = sum(s.calls for k, s in spec.draft.stats.items() if k.endswith(" ahead"))
+        walked = sum(s.calls for k, s in spec.draft.stats.items()
+                     if k.endswith(" past verdict"))
         finished = sum(t is not None for t in taken)
         assert spec.stats.accepted > 0
         if verify_ahead:  # every cycle but the firsts finishes its verify, whose trees grew
@@ -284,5 +304,9 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
             greedy = sampling == Sampling()
             assert spec.stats.grown == (finished if greedy else 0)
             assert ahead == (0 if greedy else spec.stats.rounds)
+            # each cycle that finished a verify grown on the device queued the next block and
+            # verify behind it before its verdict (walk_on_device), and the device walked its
+            # trees as the host did: no verify was dropped
+            assert walked == spec.stats.walked == spec.stats.grown
         else:
             assert ahead == spec.stats.rounds - len(ids) and finished == 0

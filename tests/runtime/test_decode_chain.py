@@ -47,6 +47,9 @@ class QueuedDevice(HostDevice):
     def grow_trees(self, *args):
         self.queue.append(lambda: HostDevice.grow_trees(self, *args))
 
+    def walk_trees(self, *args):
+        self.queue.append(lambda: HostDevice.walk_trees(self, *args))
+
     def download(self, host, buffer):
         self.synchronize()
         HostDevice.download(self, host, buffer)

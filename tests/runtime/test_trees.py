@@ -159,6 +159,143 @@ def test_keep_path_refusals_change_nothing():
     cache.check()
 
 
+def test_a_verify_planned_before_keep_path_is_rebased_after_it():
+    """The next verify planned while a tree's rows are all in the cache takes other cells; once
+    keep_path kept the path, its plan rebased commits those cells right after the path, and
+    the plan as made is refused (an older version). Refused: a read-only plan, a plan whose
+    cells another step took since; neither changes the cache."""
+    cache = CellCache(32)
+    cache.seq_new(0)
+    cache.seq_new(1)
+    cache.commit_step(cache.declare_step([0, 1], [3, 2]))  # cells 0-2 and 3-4
+    cache.commit_step(cache.declare_step([0], [6]))  # a tree's 6 rows: cells 5-10
+    plan = cache.declare_step([0], [4])  # the next verify's rows, before the walk
+    assert plan.cells.tolist() == [[11, 12, 13, 14]] and plan.positions.tolist() == [[9, 10, 11,
+                                                                                        12]]
+    cache.keep_path(0, 3, [0, 2])
+    with pytest.raises(InvalidArgument, match="version"):
+        cache.commit_step(plan)
+    rebased = cache.rebase_step(plan)
+    assert rebased.positions.tolist() == [[5, 6, 7, 8]] and rebased.version == cache.version
+    np.testing.assert_array_equal(rebased.cell_table, plan.cell_table)  # what the run read
+    cache.commit_step(rebased)
+    assert cache.cells_of(0).tolist() == [0, 1, 2, 5, 7, 11, 12, 13, 14]
+    assert cache.cell_pos[[11, 12, 13, 14]].tolist() == [5, 6, 7, 8]
+    cache.check()
+    # refusals
+    late = cache.declare_step([1], [2])  # cells 6, 8 (freed by keep_path)
+    cache.commit_step(cache.declare_step([0], [2]))  # takes them first
+    before = cache.snapshot()
+    with pytest.raises(InvalidArgument, match="taken"):
+        cache.rebase_step(late)
+    read_only = cache.declare_step([1], [2], writes=False)
+    with pytest.raises(InvalidArgument, match="read-only"):
+        cache.rebase_step(read_only)
+    assert cache.snapshot() == before
+
+
+def walk_case(seed: int, owners: int = 3, nodes: int = 15, block: int = 16, cells: int = 128,
+              stride: int = 16) -> dict:
+    """A draft cache whose `owners` sequences each hold a verified tree's rows (drained, in row
+    order) after a prefix, and what the device's walk_trees takes: each tree's record (as
+    grow_trees writes it), the verify's draws along a random path of it (at `stride` a row),
+    and the next block's feeds as DraftModel.queue_past_verdict stages them (one padding row)."""
+    rng = np.random.default_rng(seed)
+    cache, rows = CellCache(1024), nodes + 1
+    bases = rng.integers(3, cells - rows, owners)
+    for seq in range(owners):
+        cache.seq_new(seq)
+    for _ in range(3):  # prefixes in turns: a sequence's cells are not consecutive
+        for seq, base in enumerate(bases):
+            count = int(base) // 3 + (_ == 2) * (int(base) % 3)
+            cache.commit_step(cache.declare_step(np.array([seq]), [count]))
+    seqs = np.arange(owners)
+    cache.commit_step(cache.declare_step(seqs, [rows] * owners))  # the trees' rows
+    trees, paths = [], []
+    drawn = rng.integers(1000, 2000, (owners, stride)).astype(np.int64)  # matching no node
+    for o in range(owners):
+        ids = np.stack([rng.choice(1000, names.TOP_K, replace=False) for _ in range(8)])
+        logp = -np.sort(rng.uniform(0, 3, ids.shape), axis=1).astype(np.float32)
+        tree = grow_tree(ids, logp, nodes)
+        path, row = [0], 0
+        while (children := np.flatnonzero(tree.parents == row)).size and rng.random() < 0.9:
+            child = int(rng.choice(children))
+            drawn[o, row] = tree.tokens[child - 1]
+            path.append(child)
+            row = child
+        trees.append(tree)
+        paths.append(path)
+    anchors = rng.integers(0, 1000, owners)
+    record = np.stack([np.stack([np.concatenate([[a], t.tokens]), t.parents, t.depths])
+                       for a, t in zip(anchors, trees)]).astype(np.int64)
+    plan = cache.declare_step(seqs, [block] * owners, block, cells, causal=False, writes=False,
+                              rows=owners + 1)
+    tokens = np.full((owners + 1, block), 7, np.int64)
+    tokens[:owners, 0] = anchors
+    positions = plan.positions.copy()
+    positions[:owners] = bases[:, None]
+    return {"cache": cache, "bases": bases, "trees": trees, "paths": paths, "drawn": drawn,
+            "record": record, "tokens": tokens, "positions": positions,
+            "cell_table": plan.cell_table.copy(), "mask": plan.attn_mask.copy(),
+            "block": block, "cells": cells, "stride": stride, "rows": rows}
+
+
+def device_walk(device, case: dict) -> dict:
+    """`device`'s walk_trees on the case's arrays: the feeds it leaves and its out [O, 2]."""
+    owners = len(case["trees"])
+    names_ = ["drawn", "record", "tokens", "positions", "cell_table", "mask"]
+    arrays = [case[n] for n in names_] + [np.full((owners, 2), -7, np.int64)]
+    buffers = [device.alloc(a.nbytes) for a in arrays]
+    for buffer, array in zip(buffers, arrays):
+        device.upload(buffer, array)
+    device.synchronize()
+    device.walk_trees(buffers[0].ptr, case["stride"], buffers[1].ptr, owners, case["rows"],
+                      *(b.ptr for b in buffers[2:6]), case["block"], case["cells"],
+                      buffers[6].ptr)
+    device.synchronize()
+    out = {}
+    for name, array, buffer in zip([*names_, "out"], arrays, buffers):
+        out[name] = np.empty_like(array)
+        device.download(out[name], buffer)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_walk_on_the_device_stages_the_block_the_host_would_after_its_walk(seed):
+    """HostDevice.walk_trees (CudaDevice's reference) on a block staged before the verdict:
+    its feeds equal those of the block staged after the host's walk and keep_path (the
+    positions, the mask, the anchor, the cell table up to the accepted path's end), and its
+    out gives each path's length and next token."""
+    from cellspec.runtime.device import HostDevice
+
+    case = walk_case(seed)
+    got = device_walk(HostDevice(), case)
+    cache, owners = case["cache"], len(case["trees"])
+    bursts = []
+    for o, (tree, base) in enumerate(zip(case["trees"], case["bases"].tolist())):
+        path, burst = walk(tree, case["drawn"][o])
+        assert path == case["paths"][o]
+        cache.keep_path(o, base, path)
+        bursts.append(burst)
+    plan = cache.declare_step(np.arange(owners), [case["block"]] * owners, case["block"],
+                              case["cells"], causal=False, writes=False, rows=owners + 1)
+    assert max(len(p) for p in case["paths"]) >= 2  # paths through the trees were walked
+    np.testing.assert_array_equal(got["positions"], plan.positions)
+    np.testing.assert_array_equal(got["mask"], plan.attn_mask)
+    expected_tokens = case["tokens"].copy()
+    expected_tokens[:owners, 0] = [b[-1] for b in bursts]
+    np.testing.assert_array_equal(got["tokens"], expected_tokens)
+    for o in range(owners):
+        end = cache.pos(o)
+        assert end == case["bases"][o] + len(case["paths"][o])
+        np.testing.assert_array_equal(got["cell_table"][o, :end], plan.cell_table[o, :end])
+    np.testing.assert_array_equal(got["cell_table"][owners:], case["cell_table"][owners:])
+    np.testing.assert_array_equal(got["out"], [[len(p), b[-1]]
+                                               for p, b in zip(case["paths"], bursts)])
+    np.testing.assert_array_equal(got["drawn"], case["drawn"])
+    np.testing.assert_array_equal(got["record"], case["record"])
+
+
 def test_draft_choices_are_the_blocks_best_ids_and_log_softmax(dflash_artifact):
     # ort-cpu loads draft_block without them (it verifies chains only): see below
     assert not DFlashExecutor.load(dflash_artifact, max_sessions=2).draft.has_choices
@@ -341,16 +478,22 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
     sessions of the cycle. The text equals that of cycles that each run their own verify,
     which equals plain decoding's up to the sampling switch, also where the device runs its
     work only when waited for. Greedy sessions' trees grow on the device (`grow_on_device`),
-    into the verify's staged inputs: the same trees and draws as grown on the host."""
+    into the verify's staged inputs: the same trees and draws as grown on the host. A cycle
+    that finishes such a verify queues the next block behind it before its verdict, walked on
+    the device (`walk_on_device`): the same trees, draws and verifies taken as where the block
+    is queued after the host's walk."""
     plain = plain_on_tree_backend(dflash_artifact)
     texts = prompts(count, seed=14)
     switch = GREEDY if sampling == SAMPLED else SAMPLED
-    results, walks, grown = {}, {}, {}
-    for ahead, on_device in ((True, True), (True, False), (False, False)):
+    results, walks, grown, walked = {}, {}, {}, {}
+    # (verify_ahead, grow_on_device, walk_on_device)
+    settings = ((True, True, True), (True, True, False), (True, False, False),
+                (False, False, False))
+    for setting in settings:
         spec = DFlashExecutor.load(dflash_artifact, backend=make(dflash_artifact),
                                    max_sessions=4, tree_nodes=7)
-        spec.verify_ahead, spec.grow_on_device = ahead, on_device
-        walks[ahead, on_device] = recorded = []
+        spec.verify_ahead, spec.grow_on_device, spec.walk_on_device = setting
+        walks[setting] = recorded = []
 
         def recording_walk(tree, drawn, recorded=recorded):
             recorded.append((tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(),
@@ -358,20 +501,32 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
             return walk(tree, drawn)
 
         monkeypatch.setattr(dflash, "walk", recording_walk)
-        results[ahead, on_device] = drive_verifies_ahead(spec, texts, sampling, switch)
-        grown[ahead, on_device] = spec.stats.grown
+        results[setting] = drive_verifies_ahead(spec, texts, sampling, switch)
+        grown[setting] = spec.stats.grown
+        walked[setting] = sum(s.calls for k, s in spec.draft.stats.items()
+                              if k.endswith(" past verdict"))
+        assert spec.stats.walked == walked[setting]  # each with the next verify
+    default, host_walk, host_trees, own = settings
     (tokens, taken, runs, switched), (own_tokens, own_taken, own_runs, _) = \
-        results[True, True], results[False, False]
-    assert tokens == own_tokens == results[True, False][0]
+        results[default], results[own]
+    assert tokens == own_tokens == results[host_trees][0] == results[host_walk][0]
     # grown on the device (the greedy sessions' cycles that took their queued verify) or on
     # the host, each cycle verified the same trees and drew the same tokens
-    assert walks[True, True] == walks[True, False] == walks[False, False]
+    assert walks[default] == walks[host_walk] == walks[host_trees] == walks[own]
+    # the device's walks were the host's: no verify grown from a block queued before its
+    # verdict was dropped
+    assert taken == results[host_walk][1] and runs == results[host_walk][2]
     if sampling == GREEDY:  # every taken verify before the switch to sampling
-        assert grown[True, True] == sum(t is True for t in results[True, True][1][:9])
+        assert grown[default] == sum(t is True for t in taken[:9])
     else:  # then from it on, where the switched session is alone (others still sample)
-        assert grown[True, True] == (count == 1) * sum(t is True
-                                                       for t in results[True, True][1][10:])
-    assert grown[True, False] == grown[False, False] == 0
+        assert grown[default] == (count == 1) * sum(t is True for t in taken[10:])
+    assert grown[host_walk] == grown[default]
+    assert grown[host_trees] == grown[own] == 0
+    # each cycle that took a verify grown on the device queued the next block and verify
+    # before its verdict
+    assert walked[default] == grown[default]
+    assert grown[default] > 0 or (sampling == SAMPLED and count > 1)
+    assert walked[host_walk] == walked[host_trees] == walked[own] == 0
     # not taken: the first cycle, the changes, and with several sessions the cycle of fewer
     # and the one after it (queued for fewer). A rewind leaves no pending token: alone, the
     # session's next cycle is a plain step (None) and the one after runs its own verify;
