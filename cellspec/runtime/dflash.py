@@ -570,14 +570,18 @@ class DFlashExecutor(Executor):
             else None
 
     def _launch_past_verdict(self, requests: list[ProposalRequest], nodes: int, stride: int
-                             ) -> _PastVerdict:
+                             ) -> _PastVerdict | None:
         """Behind the block `_queue_past_verdict` queued, the next cycle's verify of the same
         sessions, before the verdict: planned from this cycle's anchors with every row of
         their trees in the cache (their cells stay taken, so the new rows' cells are others),
         its trees grown from that block; the device first walks this cycle's trees into its
         staged anchors, positions, cell table and mask (TargetModel.launch_tree's walk). The
-        cycle rebases its plan once the host has kept the paths."""
+        cycle rebases its plan once the host has kept the paths. None where the pool has no
+        free cells for it beside this cycle's rows (the cycle queues it after its walk, when
+        keep_path has freed the rows off the paths)."""
         owners = len(requests)
+        if self.cache.num_free < owners * (nodes + 1):
+            return None
         step = self.target.plan_tree(np.array([r.sid for r in requests], np.int64), nodes + 1)
         # each row's positions from its anchor's, where the walk starts (rebase_step gives
         # the plan its own positions again)

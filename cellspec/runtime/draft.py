@@ -156,7 +156,7 @@ class DraftModel:
         positions = feeds[names.POSITIONS] = feeds[names.POSITIONS].copy()
         positions[: len(requests)] = np.array([[r.position] for r in requests])
         queue(self.block, [self.pools], feeds, [names.TOP_IDS, names.TOP_LOGP],
-              static=shape.is_static, verdict=verdict)
+              static=shape.is_static, walk=verdict)
         self.stats[f"{method} past verdict"].add(len(requests), time.perf_counter() - start)
         return True
 

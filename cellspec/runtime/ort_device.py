@@ -159,7 +159,7 @@ class OrtDeviceBackend(Backend):
         `walk`: before that, the last verify's trees are walked into its staged anchors,
         positions, cell table and mask (TreeVerdict, as for `queue`'s block)."""
         dims = self._queue(engine, pools, feeds, outputs, cells, _draw_output(draws), static,
-                           gather, grow=grow, verdict=walk)
+                           gather, grow=grow, walk=walk)
         clock = _Clock(self.timings)
         drawn = None if draws is None else self._drawn(engine, dims, draws, static)
         clock.lap("draw")
@@ -187,13 +187,13 @@ class OrtDeviceBackend(Backend):
         return finish
 
     def queue(self, engine: Engine, pools: Sequence[Pools], feeds: dict[str, np.ndarray],
-              outputs: list[str], static: bool = False, verdict: TreeVerdict | None = None
+              outputs: list[str], static: bool = False, walk: TreeVerdict | None = None
               ) -> Callable[[], dict[str, np.ndarray] | None]:
         """Queue a run that commits and draws nothing (a draft block); returns the call that
         fetches its `outputs`, or gives None once the engine has run again (its buffers hold
-        that run's outputs then). `verdict`: a verify's trees are walked on the device into
-        the staged feeds before it runs (TreeVerdict; verdict.fetch is set)."""
-        dims = self._queue(engine, pools, feeds, outputs, None, None, static, verdict=verdict)
+        that run's outputs then). `walk`: a verify's trees are walked on the device into the
+        staged feeds before it runs (TreeVerdict; walk.fetch is set)."""
+        dims = self._queue(engine, pools, feeds, outputs, None, None, static, walk=walk)
         assert isinstance(engine, DeviceEngine)
         runs = engine.runs
 
@@ -255,11 +255,13 @@ class OrtDeviceBackend(Backend):
                static: bool, gather: Gather | None = None,
                tokens_from: tuple[int, int] | None = None,
                grow: TreeGrowth | None = None,
-               verdict: TreeVerdict | None = None) -> dict[str, int]:
+               walk: TreeVerdict | None = None) -> dict[str, int]:
         """Stage the feeds, bind, run, and commit each pool's new rows at `cells`: queued on the
         device's stream where the backend is `in_order`, else waited for. tokens_from (address,
         bytes): the start of the token input is copied from there, device to device, after the
-        staging (a chain step's tokens, drawn by the step before). Returns the step's dims."""
+        staging (a chain step's tokens, drawn by the step before). walk, then grow: the tree
+        kernels rewrite staged inputs between the staging and the run (launch, queue). Returns
+        the step's dims."""
         assert isinstance(engine, DeviceEngine)
         assert all(isinstance(p, DevicePools) for p in pools)
         clock = _Clock(self.timings)
@@ -274,8 +276,8 @@ class OrtDeviceBackend(Backend):
                                                draw_output))
         if tokens_from is not None:
             self.device.copy(engine.input_address(names.TOKENS), *tokens_from)
-        if verdict is not None:  # (before a growth: that writes the record the walk reads)
-            verdict.fetch = self._walk(engine, verdict)
+        if walk is not None:  # (before a growth: that writes the record the walk reads)
+            walk.fetch = self._walk(engine, walk)
         if grow is not None:
             grow.fetch = self._grow(engine, grow)
         clock.lap("stage")

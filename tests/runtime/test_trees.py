@@ -551,6 +551,25 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
     assert tokens[0][switched[0]:] != expected[0][switched[0]:30]  # the switch shows
 
 
+def test_a_pool_without_room_for_the_next_verify_queues_it_after_the_walk(dflash_artifact,
+                                                                          monkeypatch):
+    """Where the pool has no free cells for the next verify beside this cycle's rows, a cycle
+    that walks on the device still queues the next block before its verdict, and the next
+    verify after its walk (as the second sitting did): the same text, nothing walked."""
+    plain = plain_on_tree_backend(dflash_artifact)
+    texts = prompts(2, seed=21)
+    expected = [run_alone(plain, p, GREEDY, seed=5 + i, steps=24) for i, p in enumerate(texts)]
+    spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                               max_sessions=4, tree_nodes=7)
+    monkeypatch.setattr(CellCache, "num_free", property(lambda self: 0))
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, GREEDY, 5 + i)
+    assert spec_decode(spec, sids, texts, 20) == [e[:20] for e in expected]
+    blocks = sum(s.calls for k, s in spec.draft.stats.items() if k.endswith(" past verdict"))
+    assert spec.stats.walked == 0 and blocks == spec.stats.grown > 0
+
+
 class TreeOracle:
     """Each block row's 4 choices: the target's own next token at the rank `ranks` gives
     (cycling; None: absent), other tokens around it, log-probabilities falling by rank."""
