@@ -312,13 +312,7 @@ class OrtDeviceBackend(Backend):
                                engine.input_address(names.ATTN_MASK), width, keys, keys - width,
                                record.ptr)
         host = pinned[:nbytes].view(np.int64).reshape(grow.owners, 3, rows)
-        self.device.download_later(host, record.ptr)
-        self.grown = done = self.device.mark(self.grown)
-
-        def fetch() -> np.ndarray:
-            done.synchronize()
-            return host.copy()
-
+        self.grown, fetch = self._record_later(host, record, self.grown)
         return fetch
 
     def _walk(self, engine: DeviceEngine, verdict: TreeVerdict) -> Callable[[], np.ndarray]:
@@ -341,14 +335,22 @@ class OrtDeviceBackend(Backend):
                                engine.input_address(names.ATTN_MASK), width, keys - width,
                                record.ptr)
         host = pinned[: 16 * verdict.owners].view(np.int64).reshape(verdict.owners, 2)
+        self.walked, fetch = self._record_later(host, record, self.walked)
+        return fetch
+
+    def _record_later(self, host: np.ndarray, record: Buffer, event
+                      ) -> tuple[object, Callable[[], np.ndarray]]:
+        """Queue the copy of a tree kernel's `record` to page-locked `host` and mark it (with
+        `event` recorded again, where given: nobody waits for its last use any more); returns
+        the mark and the call that waits for it and gives a copy of `host`."""
         self.device.download_later(host, record.ptr)
-        self.walked = done = self.device.mark(self.walked)
+        done = self.device.mark(event)
 
         def fetch() -> np.ndarray:
             done.synchronize()
             return host.copy()
 
-        return fetch
+        return done, fetch
 
     def _wanted(self, outputs: list[str], committed: Sequence[Pools], draw_output: str | None
                 ) -> tuple[str, ...]:
