@@ -78,6 +78,14 @@ CELL_TREE_SPECULATE_SAMPLED = 1
 # 2026-12-03, second sitting) a tree of 15 proposals up to 15 deep gave tau 3.47 against 2.69
 # for a chain of 7, and the most tokens/s at 1 and 2 sessions (a tree of 31: tau 3.69, slower).
 CELL_TREE_NODES = 15
+# ... and with trees, since each cycle queues the next block and verify before its verdict
+# (2026-12-04, third sitting), speculation pays at 3 and 4 sessions too where the verify stays
+# narrow: at most CELL_TREE_MAX_VERIFY_ROWS rows (trees of 15 at 1 session, 7 at 2, 4 at 3, 3
+# at 4) and at most CELL_TREE_MAX_SPEC_BATCH sessions speculating. On the H200 (real SmolLM2
+# float16, 16 held-out prompts, 4 processes) 16 rows against none gave +5-14% at 2 sessions,
+# and 4 sessions speculating gave 1.22-1.31x plain (one process 0.91x; no row limit:
+# 1.16-1.26x) where the limit of 2 stepped them plainly (bench/NOTES.md).
+CELL_TREE_MAX_VERIFY_ROWS, CELL_TREE_MAX_SPEC_BATCH = 16, 4
 
 
 def tree_defaults(backend: str, folder: Path, manifest: Manifest, tree_nodes: int | None,
@@ -131,10 +139,12 @@ def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
         # the row limit goes with the cut (fixed proposals stay as asked)
         best = (CPU_CUT_N_DRAFT if cut else CPU_N_DRAFT[manifest.target.quantization],
                 CPU_MAX_SPEC_BATCH, threshold, CPU_MAX_VERIFY_ROWS if cut else None)
-    elif backend == "ort-cuda" and cuda_attention() == "cell":
+    elif backend == "ort-cuda" and cuda_attention() == "cell" and tree_nodes:
         # a tree as deep as the block allows (its nodes bound its verify's width)
-        best = (manifest.draft.block_size - 1 if tree_nodes else CELL_N_DRAFT,
-                CELL_MAX_SPEC_BATCH, draft_threshold, None)
+        best = (manifest.draft.block_size - 1, CELL_TREE_MAX_SPEC_BATCH, draft_threshold,
+                CELL_TREE_MAX_VERIFY_ROWS)
+    elif backend == "ort-cuda" and cuda_attention() == "cell":
+        best = (CELL_N_DRAFT, CELL_MAX_SPEC_BATCH, draft_threshold, None)
     else:
         return n_draft, max_spec_batch, draft_threshold, None
     assert manifest.draft is not None

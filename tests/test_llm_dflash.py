@@ -179,8 +179,9 @@ def test_the_llm_lets_sampled_sessions_speculate_on_the_cpu(chat_dflash_artifact
 
 def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypatch):
     """What the caller leaves None is set per backend: ort-cpu few proposals and at most 4
-    sessions; ort-cuda with CellAttention 7 proposals and at most 2 sessions; ort-cuda with
-    standard-op attention the executor's own (block - 1, no limit). Given values are kept."""
+    sessions; ort-cuda with CellAttention 7 proposals and at most 2 sessions, or with trees
+    as deep as the block, at most 4 sessions and 16 verify rows; ort-cuda with standard-op
+    attention the executor's own (block - 1, no limit). Given values are kept."""
     from cellspec.artifact import Manifest
     from cellspec.llm import CPU_DRAFT_THRESHOLD, CPU_N_DRAFT, speculation_defaults
 
@@ -198,9 +199,10 @@ def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypat
     assert speculation_defaults("ort-cuda", small, None, None) == (3, 2, None, None)
     assert speculation_defaults("ort-cuda", manifest, 12, 8, 0.3) == (12, 8, 0.3, None)
     # a tree is as deep as the block allows
-    assert speculation_defaults("ort-cuda", manifest, None, None, None, 15) == (15, 2, None,
-                                                                                None)
-    assert speculation_defaults("ort-cuda", small, None, None, None, 15) == (3, 2, None, None)
+    assert speculation_defaults("ort-cuda", manifest, None, None, None, 15) == (15, 4, None,
+                                                                                16)
+    assert speculation_defaults("ort-cuda", small, None, None, None, 15) == (3, 4, None, 16)
+    assert speculation_defaults("ort-cuda", manifest, 6, 3, None, 15) == (6, 3, None, 16)
     monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION")
     assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None, None, None)
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")

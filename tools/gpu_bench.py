@@ -726,10 +726,11 @@ def cmd_smollm2(args) -> None:
     drains = drain_modes(args)
     trees = [int(t) for t in args.tree_nodes.split(",")] if args.tree_nodes else [None]
     orders = cycle_orders(args)
-    runs = [(False, None, None, c, None, None, None) for c in chains] + [
-        (True, n, t, chains[-1], d, tree, order) for tree in trees for n in n_drafts
-        for t in thresholds for d in drains for order in orders]
-    for speculation, n_draft, threshold, chain_steps, drain, tree, order in runs:
+    verify_rows = [None if v == "none" else int(v) for v in args.max_verify_rows.split(",")]
+    runs = [(False, None, None, c, None, None, None, None) for c in chains] + [
+        (True, n, t, chains[-1], d, tree, order, v) for tree in trees for n in n_drafts
+        for t in thresholds for d in drains for order in orders for v in verify_rows]
+    for speculation, n_draft, threshold, chain_steps, drain, tree, order, rows_limit in runs:
         llm = LLM(folder, backend=BACKEND[0], max_sessions=max(8, *batches),
                   speculation=speculation, n_draft=n_draft,
                   max_spec_batch=args.max_spec_batch if speculation else None,
@@ -737,6 +738,8 @@ def cmd_smollm2(args) -> None:
         if speculation:  # "behind": drain the verify's rows as it runs; "first": next cycle
             llm.executor.drain_behind_verify = drain == "behind"
             set_cycle_order(llm.executor, order)
+            if rows_limit is not None:  # a cycle of O sessions: trees of rows // O - 1
+                llm.executor.max_verify_rows = rows_limit
             if args.speculate_sampled:
                 llm.executor.speculate_sampled = True
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
@@ -765,6 +768,7 @@ def cmd_smollm2(args) -> None:
                          "chain_steps": chain_steps, "batch": batch,
                          "temperature": args.temperature, "top_p": args.top_p,
                          "drain": drain, "order": order, "whole_sums": args.whole_sums,
+                         "max_verify_rows": getattr(llm.executor, "max_verify_rows", None),
                          "unfused_top": args.unfused_top,
                          "speculate_sampled": getattr(
                              llm.executor, "speculate_sampled", None),
@@ -938,6 +942,10 @@ def main() -> None:
         "--unfused-top", action="store_true", help="draft_block's tree choices by the CUDA "
         "provider's LogSoftmax and TopK, as before TopLogSoftmax (2026-12-03, fifth sitting): "
         "the other side of an A/B in one call")
+    commands.choices["smollm2"].add_argument(
+        "--max-verify-rows", default="none", help="the verify rows of a speculative cycle, in "
+        "turn: none (the LLM's default) or N (a cycle of O sessions verifies trees or chains "
+        "of N // O - 1 proposals each), e.g. none,16")
     commands.choices["smollm2"].add_argument(
         "--speculate-sampled", action="store_true", help="sessions with a temperature "
         "speculate too (the LLM's default on ort-cuda with CellAttention: they do not)")

@@ -373,6 +373,26 @@ def queued_tree_backend(artifact):
     return backend
 
 
+@pytest.mark.parametrize("make", [tree_backend, queued_tree_backend], ids=["host", "queued"])
+def test_trees_narrowed_by_max_verify_rows_walk_on_the_device_and_equal_plain(dflash_artifact,
+                                                                               make):
+    """With max_verify_rows (as LLM sets it on ort-cuda with trees), a cycle of 3 sessions
+    verifies trees of 10 // 3 - 1 = 2 nodes each; greedy, each cycle after the first queues the
+    next block and verify before its verdict (walked on the device), and the text is plain
+    decoding's."""
+    plain = plain_on_tree_backend(dflash_artifact)
+    texts = prompts(3, seed=23)
+    expected = [run_alone(plain, p, GREEDY, seed=7 + i, steps=24) for i, p in enumerate(texts)]
+    spec = DFlashExecutor.load(dflash_artifact, backend=make(dflash_artifact), max_sessions=4,
+                               tree_nodes=7, max_verify_rows=10)
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, GREEDY, 7 + i)
+    assert spec_decode(spec, sids, texts, 20) == [e[:20] for e in expected]
+    assert spec.stats.proposed == 2 * spec.stats.cycles > 0
+    assert spec.stats.walked == spec.stats.grown == spec.stats.rounds - 1 > 0
+
+
 def open_prefilled(spec, texts, sampling):
     """A session per prompt (seeds 5, 6, ...), prefilled in one call: their sids and each
     one's tokens so far (the first drawn)."""
