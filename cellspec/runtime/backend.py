@@ -125,17 +125,17 @@ class TreeGrowth:
 
 @dataclass
 class TreeVerdict:
-    """A verify's trees walked on the device (`OrtDeviceBackend.queue`'s `verdict`), before the
-    host has its tokens: the trees the device grew for it (its last TreeGrowth) walked by its
-    greedy draws, as runtime/trees.py's walk, into the staged inputs of the draft block queued
-    for the next cycle (each owner's anchor, positions, accepted cells and mask), after the
-    staging and before the run."""
+    """A verify's trees walked on the device (`OrtDeviceBackend.queue`'s and `launch`'s
+    `walk`), before the host has its tokens: the trees the device grew for it (its last
+    TreeGrowth) walked by its greedy draws, as runtime/trees.py's walk, into the staged inputs
+    of the next cycle's draft block or verify (each owner's anchor, positions, accepted cells
+    and mask), after the staging and before the run."""
 
     verify: Engine  # the target engine whose GREEDY holds the verify's draws
     stride: int  # draws per owner there (the verify step's slots per row)
     owners: int
     rows: int  # each tree's rows: its nodes and the anchor
-    # set by queue: the call that waits for the walk and gives [owners, 2]: each accepted
+    # set by queue / launch: the call that waits for the walk and gives [owners, 2]: each accepted
     # path's length (the anchor's row included) and the draw after it
     fetch: Callable[[], np.ndarray] | None = None
 

@@ -121,12 +121,6 @@ class _PastVerdict:
     finish: Callable[..., ForwardResult]  # finish(meanwhile, plan=the rebased plan)
 
 
-def _queued_past_verdict() -> None:
-    """The choices of a block queued before its verdict (DFlashExecutor._queue_past_verdict):
-    only a verify grown from them on the device takes them; any other use runs a block."""
-    return None
-
-
 def _grown(growth: TreeGrowth) -> list[DraftTree]:
     """The trees grown on the device, once they are (their record [owners, 3, rows])."""
     return [DraftTree(rows[0, 1:].copy(), rows[1].copy(), rows[2].copy())
@@ -384,7 +378,7 @@ class DFlashExecutor(Executor):
         # after the verdict both caches keep the accepted path, and the next cycle has
         # nothing to drain first
         ahead = self._verify_taken(requests, nodes)
-        verdict: TreeVerdict | None = None
+        verdict: tuple[TreeVerdict, Callable] | None = None  # the walk, the block's choices
         launched: _PastVerdict | None = None
         if ahead is not None:  # queued at the last cycle's verdict: running already
             grown = callable(ahead.trees)
@@ -425,9 +419,10 @@ class DFlashExecutor(Executor):
             after = self._queue_ahead(requests, paths, bursts)
         else:  # queued already, its inputs walked on the device
             after = self._advanced(requests, paths, bursts)
-            self._ahead = (after, _queued_past_verdict)
+            walked, take = verdict
+            self._ahead = (after, take)
             expected = np.array([[len(path), burst[-1]] for path, burst in zip(paths, bursts)])
-            fetch = verdict.fetch
+            fetch = walked.fetch
             assert fetch is not None
             walked_as_host = lambda: np.array_equal(fetch(), expected)  # noqa: E731
         for request, path in zip(requests, paths):  # (host work only: after the queueing)
@@ -437,9 +432,8 @@ class DFlashExecutor(Executor):
             self._ahead = None
             self.stats.walked += 1
             plan = self.cache.rebase_step(launched.step.plan)
-            self._ahead_verify = _VerifyAhead(
-                after, nodes, plan.version, self.draft.cache.version, self._target_runs(),
-                self._samplings(after), partial(_grown, launched.growth),
+            self._ahead_verify = self._verify_ahead(
+                after, nodes, plan.version, partial(_grown, launched.growth),
                 partial(launched.finish, plan=plan), launched.step.stride,
                 launched.finish.tokens_first, walked_as_host)
         elif after is not None:
@@ -477,22 +471,40 @@ class DFlashExecutor(Executor):
         if self._grows_trees(after, nodes):
             # the block's outputs are this block's: nothing ran since it was queued above
             self._ahead = None
-            tokens = np.zeros((len(after), nodes + 1), np.int64)
-            tokens[:, 0] = [r.anchor for r in after]
-            # greedy rows: every uniform is 0, whatever the position a row's depth gives
-            draws = self.draws([r.sid for r in after for _ in range(nodes + 1)],
-                               [r.position + j + 1 for r in after for j in range(nodes + 1)])
-            growth = TreeGrowth(self.draft.block, len(after), self.n_draft, nodes)
-            finish = self.target.launch_tree(step, tokens, None, draws, grow=growth)
+            growth, finish = self._launch_grown(after, nodes, step)
             trees: list[DraftTree] | Callable[[], list[DraftTree]] = partial(_grown, growth)
         else:
             choices = self._choices(after)  # the block queued ahead
             step, trees, tokens, parents, draws = self._tree_verify(after, nodes, step, *choices)
             finish = self.target.launch_tree(step, tokens, parents, draws)
-        self._ahead_verify = _VerifyAhead(
-            after, nodes, step.plan.version, self.draft.cache.version, self._target_runs(),
-            self._samplings(after), trees, finish, step.stride, finish.tokens_first,
-            walked_as_host)
+        self._ahead_verify = self._verify_ahead(after, nodes, step.plan.version, trees, finish,
+                                                step.stride, finish.tokens_first,
+                                                walked_as_host)
+
+    def _launch_grown(self, requests: list[ProposalRequest], nodes: int, step: TreeStep,
+                      walk: TreeVerdict | None = None) -> tuple[TreeGrowth, Callable]:
+        """Queue the verify of greedy `requests` planned as `step` (nodes + 1 rows each,
+        uncommitted), its trees grown on the device from the draft block's outputs: staged
+        as a chain with the anchors only. Returns the growth and launch_tree's finish."""
+        owners = len(requests)
+        tokens = np.zeros((owners, nodes + 1), np.int64)
+        tokens[:, 0] = [r.anchor for r in requests]
+        # greedy rows: every uniform is 0, whatever the position a row's depth gives
+        draws = self.draws([r.sid for r in requests for _ in range(nodes + 1)],
+                           [r.position + j + 1 for r in requests for j in range(nodes + 1)])
+        growth = TreeGrowth(self.draft.block, owners, self.n_draft, nodes)
+        return growth, self.target.launch_tree(step, tokens, None, draws, grow=growth,
+                                               walk=walk)
+
+    def _verify_ahead(self, after: list[ProposalRequest], nodes: int, version: int,
+                      trees: list[DraftTree] | Callable[[], list[DraftTree]],
+                      finish: Callable, stride: int, tokens_first: bool,
+                      walked_as_host: Callable[[], bool] | None) -> _VerifyAhead:
+        """The next cycle's verify, queued, with the state `_verify_taken` checks (the caches
+        and the target engine as they are now, each session's sampling)."""
+        return _VerifyAhead(after, nodes, version, self.draft.cache.version,
+                            self._target_runs(), self._samplings(after), trees, finish, stride,
+                            tokens_first, walked_as_host)
 
     def _grows_trees(self, requests: list[ProposalRequest], nodes: int) -> bool:
         """Whether the next verify's trees grow on the device (`grow_on_device`): where the
@@ -552,12 +564,14 @@ class DFlashExecutor(Executor):
                 for r, path, burst in zip(requests, paths, bursts)]
 
     def _queue_past_verdict(self, requests: list[ProposalRequest], nodes: int, stride: int
-                            ) -> TreeVerdict | None:
+                            ) -> tuple[TreeVerdict, Callable] | None:
         """Behind a verify whose trees grew on the device (and its drain), queue the next
         cycle's draft block of the same sessions before the verdict is on the host, its inputs
         walked on the device (`walk_on_device`): where the next cycle's verify would grow its
         trees from it on the device too (`_launch_verify`), and every session's next cycle
-        fits whatever the verdict. Returns the walk's TreeVerdict, or None where not queued."""
+        fits whatever the verdict. Returns the walk's TreeVerdict and the block's choices
+        (queue_choices: never taken, since keep_path changes the draft), or None where not
+        queued."""
         if not (self.walk_on_device and self.queue_ahead and self.verify_ahead
                 and self.proposer is self.draft and self.backend.launches
                 and self._grows_trees(requests, nodes)):
@@ -566,8 +580,8 @@ class DFlashExecutor(Executor):
         if not all(self._cycle_fits(r.position + longest) for r in requests):
             return None
         verdict = TreeVerdict(self.target.engine, stride, len(requests), nodes + 1)
-        return verdict if self.draft.queue_past_verdict(requests, self.n_draft, verdict) \
-            else None
+        take = self.draft.queue_choices(requests, self.n_draft, walk=verdict)
+        return None if take is None else (verdict, take)
 
     def _launch_past_verdict(self, requests: list[ProposalRequest], nodes: int, stride: int
                              ) -> _PastVerdict | None:
@@ -588,14 +602,9 @@ class DFlashExecutor(Executor):
         positions = step.plan.positions.copy()
         positions[:owners] = np.array([[r.position] for r in requests])
         step = replace(step, plan=replace(step.plan, positions=positions))
-        tokens = np.zeros((owners, nodes + 1), np.int64)
-        tokens[:, 0] = [r.anchor for r in requests]  # (the walk writes the next anchors)
-        # greedy rows: every uniform is 0, whatever the position a row's depth gives
-        draws = self.draws([r.sid for r in requests for _ in range(nodes + 1)],
-                           [r.position + j + 1 for r in requests for j in range(nodes + 1)])
-        growth = TreeGrowth(self.draft.block, owners, self.n_draft, nodes)
-        walk = TreeVerdict(self.target.engine, stride, owners, nodes + 1)
-        finish = self.target.launch_tree(step, tokens, None, draws, grow=growth, walk=walk)
+        # (the walk writes the next anchors over these)
+        growth, finish = self._launch_grown(requests, nodes, step, walk=TreeVerdict(
+            self.target.engine, stride, owners, nodes + 1))
         return _PastVerdict(step, growth, finish)
 
     def _choices(self, requests: list[ProposalRequest]) -> tuple[np.ndarray, np.ndarray]:

@@ -112,21 +112,34 @@ class DraftModel:
         owners = self.method.max_owners
         return [requests[i: i + owners] for i in range(0, len(requests), owners)]
 
-    def queue_choices(self, requests: list[ProposalRequest], n_draft: int
+    def queue_choices(self, requests: list[ProposalRequest], n_draft: int,
+                      walk: TreeVerdict | None = None
                       ) -> Callable[[], tuple[np.ndarray, np.ndarray] | None] | None:
         """Queue the block of `requests` (at most `max_owners`) on a backend that queues runs
         (`queue`: ort-cuda), and return the call that gives its choices as `propose_choices`
         would, or None where this draft has changed since (its cache, or another block run);
-        None where the backend does not queue. The host goes on while the device runs it."""
+        None where the backend does not queue. The host goes on while the device runs it.
+        `walk`: the requests are this cycle's (each at its verify's anchor, every row of its
+        tree drained) and the block is the next cycle's, queued before the verify's verdict
+        is on the host: the device walks the trees (TreeVerdict) into the feeds, staged here
+        from the anchors' positions with every tree row's cell, so the block's outputs are
+        those of the block queued after the verdict, for a verify grown from them on the
+        device (TreeGrowth). Its choices are never taken: the verdict's keep_path changes
+        the draft cache."""
         queue = getattr(self.backend, "queue", None)
         if queue is None or len(requests) > self.method.max_owners:
             return None
         start = time.perf_counter()
         method, shape, feeds = self._block_step(requests, n_draft)
+        if walk is not None:
+            positions = feeds[names.POSITIONS] = feeds[names.POSITIONS].copy()
+            positions[: len(requests)] = np.array([[r.position] for r in requests])
         fetch = queue(self.block, [self.pools], feeds, [names.TOP_IDS, names.TOP_LOGP],
-                      static=shape.is_static)
+                      static=shape.is_static, walk=walk)
         queued = time.perf_counter() - start
         version = self.cache.version
+        if walk is not None:
+            self.stats[f"{method} past verdict"].add(len(requests), queued)
 
         def take() -> tuple[np.ndarray, np.ndarray] | None:
             start = time.perf_counter()
@@ -138,27 +151,6 @@ class DraftModel:
             return None
 
         return take
-
-    def queue_past_verdict(self, requests: list[ProposalRequest], n_draft: int,
-                           verdict: TreeVerdict) -> bool:
-        """Queue the next cycle's block of `requests` (this cycle's: at most `max_owners`,
-        each at its verify's anchor, every row of its tree drained) before the verify's verdict
-        is on the host: the device walks the trees (`verdict`, on a backend whose `queue` takes
-        one) into the block's feeds, staged here from the anchors' positions with every tree
-        row's cell. The block's outputs are then those of the block `queue_choices` would
-        queue after the verdict, for a verify grown from them (TreeGrowth). Returns whether it
-        was queued."""
-        queue = getattr(self.backend, "queue", None)
-        if queue is None or len(requests) > self.method.max_owners:
-            return False
-        start = time.perf_counter()
-        method, shape, feeds = self._block_step(requests, n_draft)
-        positions = feeds[names.POSITIONS] = feeds[names.POSITIONS].copy()
-        positions[: len(requests)] = np.array([[r.position] for r in requests])
-        queue(self.block, [self.pools], feeds, [names.TOP_IDS, names.TOP_LOGP],
-              static=shape.is_static, walk=verdict)
-        self.stats[f"{method} past verdict"].add(len(requests), time.perf_counter() - start)
-        return True
 
     def _block_step(self, requests: list[ProposalRequest], n_draft: int
                     ) -> tuple[str, PieceShape, dict[str, np.ndarray]]:

@@ -199,7 +199,7 @@ def walk_case(seed: int, owners: int = 3, nodes: int = 15, block: int = 16, cell
     """A draft cache whose `owners` sequences each hold a verified tree's rows (drained, in row
     order) after a prefix, and what the device's walk_trees takes: each tree's record (as
     grow_trees writes it), the verify's draws along a random path of it (at `stride` a row),
-    and the next block's feeds as DraftModel.queue_past_verdict stages them (one padding row)."""
+    and the next block's feeds as DraftModel.queue_choices(walk=) stages them (one padding row)."""
     rng = np.random.default_rng(seed)
     cache, rows = CellCache(1024), nodes + 1
     bases = rng.integers(3, cells - rows, owners)
