@@ -78,21 +78,14 @@ class Behind:
         # where it walks on the device, the next cycle's block and verify queued before its
         # verdict
         for name in ("_drain_trees", "_queue_past_verdict", "_launch_past_verdict"):
-            setattr(executor, name, self.timed_call(getattr(executor, name)))
+            setattr(executor, name, self.timed(getattr(executor, name)))
 
-    def timed_call(self, work):
+    def timed(self, work):
         def run(*args):
             start = time.perf_counter()
             result = work(*args)
             self.seconds += time.perf_counter() - start
             return result
-        return run
-
-    def timed(self, work):
-        def run():
-            start = time.perf_counter()
-            work()
-            self.seconds += time.perf_counter() - start
         return run
 
 
