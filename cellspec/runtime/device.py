@@ -268,9 +268,8 @@ class HostDevice:
         trees = self._bytes(record, 24 * owners * rows).view(np.int64).reshape(owners, 3, rows)
         result = self._bytes(out, 16 * owners).view(np.int64).reshape(owners, 2)
         for o in range(owners):
-            tree = DraftTree(trees[o, 0, 1:].copy(), trees[o, 1].copy(), trees[o, 2].copy())
-            path, burst = walk(tree, self._bytes(drawn + 8 * o * stride, 8 * rows)
-                               .view(np.int64))
+            path, burst = walk(DraftTree.from_record(trees[o]),
+                               self._bytes(drawn + 8 * o * stride, 8 * rows).view(np.int64))
             row_positions = self._bytes(positions + 8 * o * width, 8 * width).view(np.int64)
             base, length = int(row_positions[0]), len(path)
             table = self._bytes(cell_table + 8 * o * cells, 8 * cells).view(np.int64)

@@ -123,8 +123,7 @@ class _PastVerdict:
 
 def _grown(growth: TreeGrowth) -> list[DraftTree]:
     """The trees grown on the device, once they are (their record [owners, 3, rows])."""
-    return [DraftTree(rows[0, 1:].copy(), rows[1].copy(), rows[2].copy())
-            for rows in growth.fetch()]
+    return [DraftTree.from_record(record) for record in growth.fetch()]
 
 
 class DFlashExecutor(Executor):

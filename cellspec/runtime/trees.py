@@ -38,6 +38,12 @@ class DraftTree:
     def rows(self) -> int:
         return self.parents.size
 
+    @classmethod
+    def from_record(cls, record: np.ndarray) -> DraftTree:
+        """The tree a device's grow_trees recorded: record [3, rows] holds every row's token
+        (the anchor's first), parent and depth."""
+        return cls(record[0, 1:].copy(), record[1].copy(), record[2].copy())
+
     def main_path(self) -> list[int]:
         """The rows of the draft's first choices: from the anchor, each row's first child (a
         node's children are found best first, so the lowest row is its best)."""
