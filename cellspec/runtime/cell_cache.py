@@ -214,8 +214,8 @@ class CellCache:
         new_cells = plan.cells[plan.is_real]
         if self.cell_refs[new_cells].any():
             raise InvalidArgument("step planned on cells another step has taken since")
-        lengths = np.array([0 if seq == PAD_SEQ else len(self._cells_of(seq))
-                            for seq in plan.seq_ids.tolist()], np.int64)
+        lengths = np.array(self._check_rows(plan.seq_ids.tolist(), plan.counts.tolist()),
+                           np.int64)
         positions = (lengths[:, None] + _columns(plan.positions.shape[1])[None, :]) * plan.is_real
         return replace(plan, positions=positions, version=self.version)
 
