@@ -79,6 +79,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -95,7 +96,7 @@ constexpr int kMaxHeadDim = kChunk;  // the weighted sum gives each of D lanes a
 constexpr int kMaxRows = 8;  // query rows per block
 constexpr int kMaxHeads = 8;  // query heads per block
 constexpr int kMaxPairs = 16;  // (row, head) pairs per block
-constexpr int kOneHeadBlocks = 5;  // decode blocks of one head per multiprocessor at most
+constexpr int kOneHeadBlocks = 5;  // blocks of one head and row per multiprocessor at most
 
 // Programmatic dependent launch (compute capability 9.0 and above; called only in the kernels'
 // kOverlap builds, which launch_after launches so): allow_dependents lets the next kernel of the
@@ -799,8 +800,13 @@ bool device_is_at_least(int major) {
 // kernels' kOverlap builds, plain ones the builds without it, which are the kernels as they were
 // before overlapping. On the H200: SmolLM2's decode step at batch 8 4% faster, batch 1 level, 8
 // Qwen3-8B layers level to 1% slower (bench/NOTES.md, 2026-12-02, fifth sitting).
+// CELLSPEC_CUDA_OVERLAP=0 in the environment launches every step plainly: a profiler then times
+// each kernel alone (an overlapped kernel's span also holds its wait for the one before).
 bool overlapping(int64_t rows) {
-  static const bool device_overlaps = device_is_at_least(9);
+  static const bool device_overlaps = [] {
+    const char* setting = std::getenv("CELLSPEC_CUDA_OVERLAP");
+    return device_is_at_least(9) && !(setting && std::string(setting) == "0");
+  }();
   return rows > 1 && device_overlaps;
 }
 
@@ -1169,9 +1175,12 @@ void tile(Dims& dm, int (*resident)(int heads)) {
     return int64_t{1};
   };
   int64_t heads = smaller_divisor(std::min<int64_t>(kMaxHeads, group) + 1);
-  // a decode step whose blocks of one head fit the device a few times over takes one head a
-  // block (on the H200 a block's latency, not the keys' loads, bounds such steps)
-  if (dm.Q == 1 && dm.S * dm.H * dm.chunks <= kOneHeadBlocks * multiprocessors()) heads = 1;
+  // a step whose blocks of one head and one row fit the device a few times over takes one head
+  // a block (on the H200 a block's latency, not the keys' loads, bounds such steps): decode
+  // steps, and since 2026-12-04 (fourth sitting) verify-sized ones too, whose 16 rows the
+  // kernel took 3 heads a block before (a verify of 16 rows over 256 cells: 14.5 -> 11.3 us a
+  // layer, timed without overlap)
+  if (dm.S * dm.Q * dm.H * dm.chunks <= kOneHeadBlocks * multiprocessors()) heads = 1;
   auto blocks = [&](int64_t rows) {
     return dm.S * ((dm.Q + rows - 1) / rows) * (dm.H / heads) * dm.chunks;
   };
