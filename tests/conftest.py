@@ -82,6 +82,13 @@ def export_dflash(root: Path, **config) -> Path:
     return out
 
 
+def draft_calls(stats: dict, prefix: str = "", suffix: str = "") -> int:
+    """The runs a model's `stats` (method name -> MethodStats) count for the methods named
+    `prefix`... `suffix` (e.g. the draft's blocks queued " past verdict")."""
+    return sum(s.calls for name, s in stats.items()
+               if name.startswith(prefix) and name.endswith(suffix))
+
+
 @pytest.fixture(scope="session")
 def dflash_artifact(tmp_path_factory):
     """export_dflash's artifact in float32."""

@@ -12,6 +12,7 @@ from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
 from cellspec.runtime.planner import ShapePolicy
 from cellspec.runtime.types import BatchInput, Sampling
+from tests.conftest import draft_calls
 from tests.e2e.test_smollm2 import NEW_TOKENS, PROMPTS
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -292,9 +293,8 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
         taken = recording(spec, "_verify_taken")
         for i, prompt in enumerate(ids):
             assert decode(spec, [prompt], sampling, 48, [i]) == expected[i]
-        ahead = sum(s.calls for k, s in spec.draft.stats.items() if k.endswith(" ahead"))
-        walked = sum(s.calls for k, s in spec.draft.stats.items()
-                     if k.endswith(" past verdict"))
+        ahead = draft_calls(spec.draft.stats, suffix=" ahead")
+        walked = draft_calls(spec.draft.stats, suffix=" past verdict")
         finished = sum(t is not None for t in taken)
         assert spec.stats.accepted > 0
         if verify_ahead:  # every cycle but the firsts finishes its verify, whose trees grew

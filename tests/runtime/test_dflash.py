@@ -9,7 +9,7 @@ from cellspec.export import export
 from cellspec.runtime.dflash import DFlashExecutor, confident_length
 from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput, Sampling
-from tests.conftest import make_tiny_model
+from tests.conftest import draft_calls, make_tiny_model
 from tests.reference.zlab_draft import write_random_draft
 
 from .test_dflash_oracle import spec_decode
@@ -44,7 +44,7 @@ def test_speculation_equals_plain_decoding(dflash_artifact, name, count):
         spec.set_sampling(sid, sampling, seed=70 + i)
     assert spec_decode(spec, sids, texts, 20) == [p[:20] for p in plain]
     assert spec.stats.cycles > 0 and spec.stats.proposed == spec.stats.cycles * 4
-    assert sum(s.calls for k, s in spec.draft.stats.items() if k.startswith("draft_context")) > 0
+    assert draft_calls(spec.draft.stats, "draft_context") > 0
     for sid in sids:
         spec.close_session(sid)
     assert spec.cache.num_used == 0 and spec.draft.cache.num_used == 0
@@ -451,7 +451,7 @@ def test_a_cycle_drains_its_verify_rows_as_it_verifies(dflash_artifact):
     assert spec.draft.cache.pos(sid) == 0  # the prompt's taps wait in the target's cells
 
     def drains():
-        return sum(s.calls for k, s in spec.draft.stats.items() if k.startswith("draft_context"))
+        return draft_calls(spec.draft.stats, "draft_context")
 
     for cycle in range(8):
         before = drains()

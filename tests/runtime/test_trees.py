@@ -24,6 +24,7 @@ from cellspec.runtime.trees import (
     walk,
 )
 from cellspec.runtime.types import BatchInput
+from tests.conftest import draft_calls
 
 from .test_decode_chain import queued_backend
 from .test_dflash_oracle import spec_decode
@@ -431,8 +432,7 @@ def test_the_next_draft_block_is_queued_at_the_verdict(dflash_artifact, sampling
 
     spec._choices = recording_choices
     sids, history = open_prefilled(spec, texts, sampling)
-    blocks = lambda: sum(s.calls for k, s in spec.draft.stats.items()  # noqa: E731
-                         if k.startswith("draft_block") and k.endswith("ahead"))
+    blocks = lambda: draft_calls(spec.draft.stats, "draft_block", "ahead")  # noqa: E731
     cycle = 0
     while min(len(h) for h in history.values()) < 26:
         if cycle == 3:  # the draft's cache changes: the queued block is not taken
@@ -523,8 +523,7 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
         monkeypatch.setattr(dflash, "walk", recording_walk)
         results[setting] = drive_verifies_ahead(spec, texts, sampling, switch)
         grown[setting] = spec.stats.grown
-        walked[setting] = sum(s.calls for k, s in spec.draft.stats.items()
-                              if k.endswith(" past verdict"))
+        walked[setting] = draft_calls(spec.draft.stats, suffix=" past verdict")
         assert spec.stats.walked == walked[setting]  # each with the next verify
     default, host_walk, host_trees, own = settings
     (tokens, taken, runs, switched), (own_tokens, own_taken, own_runs, _) = \
@@ -586,7 +585,7 @@ def test_a_pool_without_room_for_the_next_verify_queues_it_after_the_walk(dflash
     for i, sid in enumerate(sids):
         spec.set_sampling(sid, GREEDY, 5 + i)
     assert spec_decode(spec, sids, texts, 20) == [e[:20] for e in expected]
-    blocks = sum(s.calls for k, s in spec.draft.stats.items() if k.endswith(" past verdict"))
+    blocks = draft_calls(spec.draft.stats, suffix=" past verdict")
     assert spec.stats.walked == 0 and blocks == spec.stats.grown > 0
 
 
