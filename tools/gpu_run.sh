@@ -848,10 +848,11 @@ case "${1:-}" in
     done
     ;;
   widths)  # where a wide step's time goes with CellAttention: the kernels of steps of WIDTHS
-           # (1,8,16) tokens a session (a verify's shape) on SHAPES (A) at BATCHES (1,8)
+           # (1,8,16) tokens a session (a verify's shape) on SHAPES (A) at BATCHES (1,8), over
+           # CONTEXT (1024) cells, each kernel timed alone (CELLSPEC_CUDA_OVERLAP=0)
     python3 -m cellspec.plugins.build 2>&1 | tail -1
-    CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes "${SHAPES:-A}" \
-        --batches "${BATCHES:-1,8}" --widths "${WIDTHS:-1,8,16}" --steps 16 \
+    CELLSPEC_CUDA_OVERLAP=0 CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py kernels --shapes "${SHAPES:-A}" \
+        --batches "${BATCHES:-1,8}" --widths "${WIDTHS:-1,8,16}" --context "${CONTEXT:-1024}" --steps 16 \
         --out "$OUT"/kernels --work "$WORK" 2>&1 | grep -v "plugin EP" | grep -v "^    " \
         | cut -c1-200 | tail -60
     ;;
