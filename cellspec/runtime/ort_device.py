@@ -296,13 +296,11 @@ class OrtDeviceBackend(Backend):
         if not 1 <= grow.nodes < MAX_TREE_ROWS:
             raise InvalidArgument(f"trees of {grow.nodes} nodes: the device grows at most "
                                   f"{MAX_TREE_ROWS - 1}")
-        shape = engine.active.bound[(names.ATTN_MASK, True)][0]  # [S, 1, Q, N + Q]
-        width, keys = shape[2], shape[3]
+        width, keys = _mask_width_keys(engine)
         rows = grow.nodes + 1
         nbytes = 24 * grow.owners * rows
         if self.tree_record is None:
-            size = 24 * self.limits["S"] * MAX_TREE_ROWS
-            self.tree_record = self.device.alloc(size), self.device.pinned(size)
+            self.tree_record = self._record_memory(24 * MAX_TREE_ROWS)
         record, pinned = self.tree_record
         self.device.grow_trees(grow.block.buffers[names.TOP_IDS].ptr,
                                grow.block.buffers[names.TOP_LOGP].ptr, grow.owners,
@@ -321,11 +319,9 @@ class OrtDeviceBackend(Backend):
         to page-locked memory; returns the call that waits for it and gives them."""
         assert self.tree_record is not None, "a walk of trees grown on the device"
         assert isinstance(verdict.verify, DeviceEngine)
-        shape = engine.active.bound[(names.ATTN_MASK, True)][0]  # [S, 1, Q, N + Q]
-        width, keys = shape[2], shape[3]
+        width, keys = _mask_width_keys(engine)
         if self.walk_record is None:
-            size = 16 * self.limits["S"]
-            self.walk_record = self.device.alloc(size), self.device.pinned(size)
+            self.walk_record = self._record_memory(16)
         record, pinned = self.walk_record
         self.device.walk_trees(verdict.verify.buffers[names.GREEDY].ptr, verdict.stride,
                                self.tree_record[0].ptr, verdict.owners, verdict.rows,
@@ -337,6 +333,13 @@ class OrtDeviceBackend(Backend):
         host = pinned[: 16 * verdict.owners].view(np.int64).reshape(verdict.owners, 2)
         self.walked, fetch = self._record_later(host, record, self.walked)
         return fetch
+
+    def _record_memory(self, owner_bytes: int) -> tuple[Buffer, np.ndarray]:
+        """Device memory for a tree kernel's record of `owner_bytes` an owner, for as many
+        owners as a step holds, and page-locked memory to copy it to (each kernel's, at its
+        first use, kept)."""
+        size = owner_bytes * self.limits["S"]
+        return self.device.alloc(size), self.device.pinned(size)
 
     def _record_later(self, host: np.ndarray, record: Buffer, event
                       ) -> tuple[object, Callable[[], np.ndarray]]:
@@ -465,6 +468,13 @@ def _draw_output(draws: Draws | None) -> str | None:
     if draws is None:
         return None
     return names.GREEDY if draws.is_greedy else names.LOGITS
+
+
+def _mask_width_keys(engine: DeviceEngine) -> tuple[int, int]:
+    """The rows (Q) and keys (N + Q) of the attention mask staged for `engine`'s run, [S, 1,
+    Q, N + Q]: the tree kernels address its rows by them."""
+    shape = engine.active.bound[(names.ATTN_MASK, True)][0]
+    return shape[2], shape[3]
 
 
 def _upload_cells(staging: Staging, buffer: Buffer, cells: np.ndarray) -> None:
