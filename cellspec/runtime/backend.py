@@ -118,6 +118,8 @@ class TreeGrowth:
     owners: int
     depth_limit: int  # the block's proposal rows per owner (n_draft)
     nodes: int
+    stride: int  # the verify's draws per owner (TreeStep.stride): where sampled rows' uniforms
+    # are staged as a chain's, the device gives each tree row its depth's (tree_uniforms)
     # set by launch: the call that waits for the trees and gives [owners, 3, nodes + 1]:
     # each row's token, parent (-1 for the anchor) and depth
     fetch: Callable[[], np.ndarray] | None = None

@@ -154,6 +154,20 @@ extern "C" __global__ void walk_trees(const long long* drawn, int stride,
     out[2 * o] = length;
     out[2 * o + 1] = my_drawn[row];
 }
+// Each owner's sampled verify rows (one thread per owner) given the uniforms of their depths:
+// the sampler's params [R, 4] (temperature, top_p, top_k, uniform) were staged for a chain, row
+// j of owner o (at o * stride + j) with the uniform of the position j after the anchor; a tree
+// row i sits at its depth's position, so its uniform becomes the chain's row depth(i)'s (record
+// [owners, 3, rows] as grow_trees writes it). Rows from the last down: depth(i) <= i, so a row
+// is read before it is written.
+extern "C" __global__ void tree_uniforms(float* params, const long long* record, int owners,
+                                         int rows, int stride) {
+    const int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= owners) return;
+    const long long* depth = record + (long long)o * 3 * rows + 2 * rows;
+    float* owner = params + (long long)o * stride * 4;
+    for (int i = rows - 1; i > 0; --i) owner[i * 4 + 3] = owner[depth[i] * 4 + 3];
+}
 """
 
 MAX_TREE_ROWS = 64  # grow_trees' limit: a tree of at most 63 nodes and its anchor
@@ -282,6 +296,15 @@ class HostDevice:
                 self._bytes(start, seen)[:] = np.arange(seen) < length
             result[o] = length, burst[-1]
 
+    def tree_uniforms(self, params: int, record: int, owners: int, rows: int,
+                      stride: int) -> None:
+        """CudaDevice.tree_uniforms in numpy, over the same memory."""
+        depths = self._bytes(record, 24 * owners * rows).view(np.int64).reshape(
+            owners, 3, rows)[:, 2]
+        for o in range(owners):
+            uniform = self._bytes(params + 16 * o * stride, 16 * rows).view(np.float32)[3::4]
+            uniform[:] = uniform[depths[o]]
+
     def _bytes(self, ptr: int, nbytes: int) -> np.ndarray:
         """The bytes at [ptr, ptr + nbytes), which must lie inside one array: the one at the
         highest address not above ptr (arrays never overlap)."""
@@ -315,7 +338,7 @@ class CudaDevice:
         self.cuda = cuda
         self.stream = cuda.Stream()
         self._commit_kernel = self._gather_kernel = self._tree_kernel = None
-        self._walk_kernel = None
+        self._walk_kernel = self._uniforms_kernel = None
 
     def alloc(self, nbytes: int) -> Buffer:
         allocation = self.cuda.mem_alloc(max(nbytes, 1))
@@ -399,6 +422,15 @@ class CudaDevice:
                           np.uintp(mask), np.int32(width), np.int32(cells), np.uintp(out),
                           block=(32, 1, 1), grid=(owners, 1), stream=self.stream)
 
+    def tree_uniforms(self, params: int, record: int, owners: int, rows: int,
+                      stride: int) -> None:
+        """Each owner's sampled tree rows given their depths' uniforms in the sampler's staged
+        params, on the stream (the kernel's comment says how)."""
+        self._compile()
+        self._uniforms_kernel(np.uintp(params), np.uintp(record), np.int32(owners),
+                              np.int32(rows), np.int32(stride), block=(32, 1, 1),
+                              grid=((owners + 31) // 32, 1), stream=self.stream)
+
     def _compile(self):
         if self._commit_kernel is None:
             from pycuda.compiler import SourceModule
@@ -408,4 +440,5 @@ class CudaDevice:
             self._gather_kernel = module.get_function("gather_rows")
             self._tree_kernel = module.get_function("grow_trees")
             self._walk_kernel = module.get_function("walk_trees")
+            self._uniforms_kernel = module.get_function("tree_uniforms")
         return self._commit_kernel

@@ -142,19 +142,20 @@ class DFlashExecutor(Executor):
     # behind it; the next cycle finishes it if it is of the same sessions at the same anchors
     # and nothing changed since, else drops it (False: as before 2026-12-04's second sitting)
     verify_ahead = True
-    # a verify queued ahead for greedy sessions grows its trees on the device, from the block's
-    # outputs into its staged inputs, so it is queued right behind the block, without the
-    # choices' round trip to the host (where the backend `grows_trees`: ort-cuda); False: the
+    # a verify queued ahead grows its trees on the device, from the block's outputs into its
+    # staged inputs (a sampled row taking its depth's uniform there), so it is queued right
+    # behind the block, without the choices' round trip to the host (where the backend
+    # `grows_trees`: ort-cuda; sampled sessions since 2026-12-04's fourth sitting); False: the
     # host grows them from the fetched choices (as in 2026-12-04's second sitting)
     grow_on_device = True
-    # a cycle that finishes a verify grown on the device queues the next cycle's draft block
-    # and verify behind it before the verdict is on the host: the device walks the trees by
-    # the verify's draws into their staged inputs (TreeVerdict), so the device goes from the
-    # verify to the drain behind it, the next block and the next verify with no wait for the
-    # host, which walks, keeps the paths and rebases the next verify's plan meanwhile; it
-    # checks the device's paths against its own at the next cycle, which drops that verify
-    # where they differ (False: both are queued after the host's walk, as in 2026-12-04's
-    # second sitting)
+    # a cycle of greedy sessions that finishes a verify grown on the device queues the next
+    # cycle's draft block and verify behind it before the verdict is on the host: the device
+    # walks the trees by the verify's draws into their staged inputs (TreeVerdict), so the
+    # device goes from the verify to the drain behind it, the next block and the next verify
+    # with no wait for the host, which walks, keeps the paths and rebases the next verify's
+    # plan meanwhile; it checks the device's paths against its own at the next cycle, which
+    # drops that verify where they differ (False: both are queued after the host's walk, as
+    # in 2026-12-04's second sitting)
     walk_on_device = True
 
     def __init__(self, *args, draft: DraftModel | None = None,
@@ -467,7 +468,7 @@ class DFlashExecutor(Executor):
         if not (self.verify_ahead and self.backend.launches and self._ahead is not None):
             return
         step = self.target.plan_tree(np.array([r.sid for r in after], np.int64), nodes + 1)
-        if self._grows_trees(after, nodes):
+        if self._grows_trees(nodes):
             # the block's outputs are this block's: nothing ran since it was queued above
             self._ahead = None
             growth, finish = self._launch_grown(after, nodes, step)
@@ -488,10 +489,11 @@ class DFlashExecutor(Executor):
         owners = len(requests)
         tokens = np.zeros((owners, nodes + 1), np.int64)
         tokens[:, 0] = [r.anchor for r in requests]
-        # greedy rows: every uniform is 0, whatever the position a row's depth gives
+        # staged as a chain's: row j with the uniform of the position j + 1 after the anchor
+        # (0 for greedy rows); a sampled tree row takes its depth's on the device
         draws = self.draws([r.sid for r in requests for _ in range(nodes + 1)],
                            [r.position + j + 1 for r in requests for j in range(nodes + 1)])
-        growth = TreeGrowth(self.draft.block, owners, self.n_draft, nodes)
+        growth = TreeGrowth(self.draft.block, owners, self.n_draft, nodes, step.stride)
         return growth, self.target.launch_tree(step, tokens, None, draws, grow=growth,
                                                walk=walk)
 
@@ -505,14 +507,13 @@ class DFlashExecutor(Executor):
                             self._target_runs(), self._samplings(after), trees, finish, stride,
                             tokens_first, walked_as_host)
 
-    def _grows_trees(self, requests: list[ProposalRequest], nodes: int) -> bool:
+    def _grows_trees(self, nodes: int) -> bool:
         """Whether the next verify's trees grow on the device (`grow_on_device`): where the
-        backend can, every session draws greedily (a sampled row's uniform depends on its
-        depth), and the choices hold `nodes` nodes."""
+        backend can and the choices hold `nodes` nodes (greedy or sampled: a sampled row's
+        uniform, its depth's, is set on the device too)."""
         return (self.grow_on_device and self.backend.grows_trees
                 and nodes < MAX_TREE_ROWS
-                and sum(names.TOP_K ** d for d in range(1, self.n_draft + 1)) >= nodes
-                and not any(self._samples(r.sid) for r in requests))
+                and sum(names.TOP_K ** d for d in range(1, self.n_draft + 1)) >= nodes)
 
     def _verify_taken(self, requests: list[ProposalRequest], nodes: int
                       ) -> _VerifyAhead | None:
@@ -571,9 +572,12 @@ class DFlashExecutor(Executor):
         fits whatever the verdict. Returns the walk's TreeVerdict and the block's choices
         (queue_choices: never taken, since keep_path changes the draft), or None where not
         queued."""
+        # (greedy sessions only: a sampled verify queued now would stage the uniforms of
+        # positions from this cycle's anchors, and its rows' are the verdict's path further)
         if not (self.walk_on_device and self.queue_ahead and self.verify_ahead
                 and self.proposer is self.draft and self.backend.launches
-                and self._grows_trees(requests, nodes)):
+                and self._grows_trees(nodes)
+                and not any(self._samples(r.sid) for r in requests)):
             return None
         longest = min(nodes, self.n_draft) + 1  # the rows of a tree's deepest path
         if not all(self._cycle_fits(r.position + longest) for r in requests):

@@ -161,7 +161,7 @@ class OrtDeviceBackend(Backend):
         dims = self._queue(engine, pools, feeds, outputs, cells, _draw_output(draws), static,
                            gather, grow=grow, walk=walk)
         clock = _Clock(self.timings)
-        drawn = None if draws is None else self._drawn(engine, dims, draws, static)
+        drawn = None if draws is None else self._drawn(engine, dims, draws, static, grow)
         clock.lap("draw")
         copied = None
         if drawn is not None and early and self.drawn_first:
@@ -382,10 +382,12 @@ class OrtDeviceBackend(Backend):
                          {gather.name: shape})
 
     def _drawn(self, engine: DeviceEngine, dims: dict[str, int], draws: Draws,
-               static: bool) -> tuple[DeviceEngine, str, dict[str, int]]:
+               static: bool, grow: TreeGrowth | None = None
+               ) -> tuple[DeviceEngine, str, dict[str, int]]:
         """Where the drawn token of every logits row is, as (engine, output, its dims): the
         graph's argmax when every row is greedy, else the TOKENS of the sampler graph, run here
-        on the device on the engine's logits."""
+        on the device on the engine's logits. `grow`: the run's trees grew on the device, its
+        draws staged as a chain's: each tree row first takes its depth's uniform."""
         if draws.is_greedy:
             return engine, names.GREEDY, dims
         if self.sampler is None:
@@ -396,6 +398,11 @@ class OrtDeviceBackend(Backend):
         rows = dims["R"]
         vocab = engine.outputs[names.LOGITS].shape[-1]
         sample_dims = self.sampler.stage({names.PARAMS: draws.params()})
+        if grow is not None:
+            assert self.tree_record is not None, "grown on the device"
+            self.device.tree_uniforms(self.sampler.input_address(names.PARAMS),
+                                      self.tree_record[0].ptr, grow.owners, grow.nodes + 1,
+                                      grow.stride)
         self.sampler.bind_external(names.LOGITS, (rows, vocab), engine.buffers[names.LOGITS].ptr)
         self.sampler.bind_outputs(sample_dims, [names.TOKENS])
         self.sampler.run((("R", rows),) if static else None)

@@ -257,6 +257,21 @@ def test_trees_walked_on_the_device_are_walk(seed):
     np.testing.assert_array_equal(host["out"][:, 0], [len(p) for p in case["paths"]])
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_tree_uniforms_on_the_device_are_host_devices(seed):
+    """CudaDevice.tree_uniforms against HostDevice's on the same memory (tests/runtime/
+    test_trees.py's uniforms_case: three owners' trees of 15 nodes, rows at a stride of 20,
+    rows past the owners'): every byte of the params the same."""
+    from cellspec.runtime.device import CudaDevice, HostDevice
+    from tests.runtime.test_trees import device_uniforms, uniforms_case
+
+    case = uniforms_case(seed)
+    got = device_uniforms(CudaDevice(), case)
+    np.testing.assert_array_equal(got.view(np.uint32),
+                                  device_uniforms(HostDevice(), case).view(np.uint32))
+    assert not np.array_equal(got, case["params"])
+
+
 def recording(obj, name: str) -> list:
     """What obj.name returns from now on, call by call."""
     results, method = [], getattr(obj, name)
@@ -276,10 +291,10 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
     next cycle's draft block at its verdict and fetches its verify's tokens before the drain
     behind it; every prompt's 48 tokens are plain decoding's, and the queued blocks were the
     ones taken. With `verify_ahead` (the default) the verdict also queues the next verify,
-    which every cycle but a prompt's first finishes: greedy, its trees grow on the device from
-    the block's outputs, and both were queued behind the verify before its verdict, their
-    inputs walked on the device; sampled, on the host from the block's fetched choices. Without it,
-    each cycle takes the block queued at the last verdict and runs its own verify."""
+    which every cycle but a prompt's first finishes: its trees grow on the device from the
+    block's outputs (a sampled row with its depth's uniform); greedy, both were queued behind
+    the verify before its verdict, their inputs walked on the device. Without it, each cycle
+    takes the block queued at the last verdict and runs its own verify."""
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
     monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
     out = speculation_artifact(tmp_path_factory, smollm2_gguf, "float16")
@@ -298,15 +313,16 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
         finished = sum(t is not None for t in taken)
         assert spec.stats.accepted > 0
         if verify_ahead:  # every cycle but the firsts finishes its verify, whose trees grew
-            # on the device (greedy) from the block queued with it, or on the host from that
-            # block's fetched choices (sampled)
+            # on the device from the block queued with it (sampled rows given their depths'
+            # uniforms there)
             assert finished == spec.stats.rounds - len(ids)
             greedy = sampling == Sampling()
-            assert spec.stats.grown == (finished if greedy else 0)
+            assert spec.stats.grown == finished
             assert ahead == (0 if greedy else spec.stats.rounds)
-            # each cycle that finished a verify grown on the device queued the next block and
-            # verify behind it before its verdict (walk_on_device), and the device walked its
-            # trees as the host did: no verify was dropped
-            assert walked == spec.stats.walked == spec.stats.grown
+            # greedy, each cycle that finished a verify grown on the device queued the next
+            # block and verify behind it before its verdict (walk_on_device), and the device
+            # walked its trees as the host did: no verify was dropped; sampled, the block after
+            # the verdict
+            assert walked == spec.stats.walked == (spec.stats.grown if greedy else 0)
         else:
             assert ahead == spec.stats.rounds - len(ids) and finished == 0

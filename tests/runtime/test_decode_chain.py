@@ -50,6 +50,9 @@ class QueuedDevice(HostDevice):
     def walk_trees(self, *args):
         self.queue.append(lambda: HostDevice.walk_trees(self, *args))
 
+    def tree_uniforms(self, *args):
+        self.queue.append(lambda: HostDevice.tree_uniforms(self, *args))
+
     def download(self, host, buffer):
         self.synchronize()
         HostDevice.download(self, host, buffer)

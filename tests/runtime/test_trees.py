@@ -297,6 +297,52 @@ def test_a_walk_on_the_device_stages_the_block_the_host_would_after_its_walk(see
     np.testing.assert_array_equal(got["record"], case["record"])
 
 
+def uniforms_case(seed: int, owners: int = 3, nodes: int = 15, stride: int = 20) -> dict:
+    """Grown trees' record (as grow_trees writes it) and a sampler's params [R, 4] staged for
+    a chain per owner (owner o's rows at o * stride, two rows past the last owner's)."""
+    rng = np.random.default_rng(seed)
+    rows = nodes + 1
+    record = np.zeros((owners, 3, rows), np.int64)
+    for o in range(owners):
+        ids = np.stack([rng.choice(1000, names.TOP_K, replace=False) for _ in range(8)])
+        logp = -np.sort(rng.uniform(0, 3, ids.shape), axis=1).astype(np.float32)
+        tree = grow_tree(ids, logp, nodes)
+        record[o] = [[7, *tree.tokens], tree.parents, tree.depths]
+    params = rng.uniform(0, 1, (owners * stride + 2, 4)).astype(np.float32)
+    return {"record": record, "params": params, "rows": rows, "stride": stride}
+
+
+def device_uniforms(device, case: dict) -> np.ndarray:
+    """`device`'s tree_uniforms on the case's arrays: the params it leaves."""
+    record, params = (device.alloc(case[n].nbytes) for n in ("record", "params"))
+    device.upload(record, case["record"])
+    device.upload(params, case["params"])
+    device.synchronize()
+    device.tree_uniforms(params.ptr, record.ptr, case["record"].shape[0], case["rows"],
+                         case["stride"])
+    device.synchronize()
+    out = np.empty_like(case["params"])
+    device.download(out, params)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_sampled_tree_row_takes_the_uniform_of_its_depth(seed):
+    """HostDevice.tree_uniforms (CudaDevice's reference): in params staged for a chain (row j
+    of an owner with the uniform of the j-th position after its anchor), each tree row's
+    uniform becomes its depth's row's, as the host stages a tree's draws
+    (DFlashExecutor._tree_verify); the other columns and rows stay."""
+    from cellspec.runtime.device import HostDevice
+
+    case = uniforms_case(seed)
+    got, staged, stride = device_uniforms(HostDevice(), case), case["params"], case["stride"]
+    expected = staged.copy()
+    for o, depths in enumerate(case["record"][:, 2]):
+        expected[o * stride + np.arange(depths.size), 3] = staged[o * stride + depths, 3]
+    np.testing.assert_array_equal(got, expected)
+    assert not np.array_equal(got, staged)
+
+
 def test_draft_choices_are_the_blocks_best_ids_and_log_softmax(dflash_artifact):
     # ort-cpu loads draft_block without them (it verifies chains only): see below
     assert not DFlashExecutor.load(dflash_artifact, max_sessions=2).draft.has_choices
@@ -497,11 +543,11 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
     target's cache (a session opened and closed; a rewind), a session's sampling, or the
     sessions of the cycle. The text equals that of cycles that each run their own verify,
     which equals plain decoding's up to the sampling switch, also where the device runs its
-    work only when waited for. Greedy sessions' trees grow on the device (`grow_on_device`),
-    into the verify's staged inputs: the same trees and draws as grown on the host. A cycle
-    that finishes such a verify queues the next block behind it before its verdict, walked on
-    the device (`walk_on_device`): the same trees, draws and verifies taken as where the block
-    is queued after the host's walk."""
+    work only when waited for. The trees grow on the device (`grow_on_device`), into the
+    verify's staged inputs, a sampled row taking its depth's uniform there: the same trees and
+    draws as grown on the host. A cycle of greedy sessions that finishes such a verify queues
+    the next block behind it before its verdict, walked on the device (`walk_on_device`): the
+    same trees, draws and verifies taken as where the block is queued after the host's walk."""
     plain = plain_on_tree_backend(dflash_artifact)
     texts = prompts(count, seed=14)
     switch = GREEDY if sampling == SAMPLED else SAMPLED
@@ -535,16 +581,17 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
     # the device's walks were the host's: no verify grown from a block queued before its
     # verdict was dropped
     assert taken == results[host_walk][1] and runs == results[host_walk][2]
-    if sampling == GREEDY:  # every taken verify before the switch to sampling
-        assert grown[default] == sum(t is True for t in taken[:9])
-    else:  # then from it on, where the switched session is alone (others still sample)
-        assert grown[default] == (count == 1) * sum(t is True for t in taken[10:])
-    assert grown[host_walk] == grown[default]
+    # every taken verify grew its trees on the device, greedy or sampled
+    assert grown[default] == grown[host_walk] == sum(t is True for t in taken) > 0
     assert grown[host_trees] == grown[own] == 0
-    # each cycle that took a verify grown on the device queued the next block and verify
-    # before its verdict
-    assert walked[default] == grown[default]
-    assert grown[default] > 0 or (sampling == SAMPLED and count > 1)
+    # each cycle of greedy sessions that took a verify grown on the device queued the next
+    # block and verify before its verdict: before the switch to sampling, or from it on where
+    # the switched session is alone (others still sample)
+    if sampling == GREEDY:
+        assert walked[default] == sum(t is True for t in taken[:9]) > 0
+    else:
+        assert walked[default] == (count == 1) * sum(t is True for t in taken[10:])
+        assert walked[default] > 0 or count > 1
     assert walked[host_walk] == walked[host_trees] == walked[own] == 0
     # not taken: the first cycle, the changes, and with several sessions the cycle of fewer
     # and the one after it (queued for fewer). A rewind leaves no pending token: alone, the
