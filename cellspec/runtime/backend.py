@@ -118,8 +118,11 @@ class TreeGrowth:
     owners: int
     depth_limit: int  # the block's proposal rows per owner (n_draft)
     nodes: int
-    stride: int  # the verify's draws per owner (TreeStep.stride): where sampled rows' uniforms
-    # are staged as a chain's, the device gives each tree row its depth's (tree_uniforms)
+    stride: int  # the verify's draws per owner (TreeStep.stride)
+    # where a session samples: [owners, n] float32, the uniforms of the positions 1, 2, ...
+    # after each owner's anchor, from which the device gives each tree row its own (its depth
+    # past the anchor, or past the anchor a walk moved on to: tree_uniforms)
+    uniforms: np.ndarray | None = None
     # set by launch: the call that waits for the trees and gives [owners, 3, nodes + 1]:
     # each row's token, parent (-1 for the anchor) and depth
     fetch: Callable[[], np.ndarray] | None = None
@@ -129,11 +132,11 @@ class TreeGrowth:
 class TreeVerdict:
     """A verify's trees walked on the device (`OrtDeviceBackend.queue`'s and `launch`'s
     `walk`), before the host has its tokens: the trees the device grew for it (its last
-    TreeGrowth) walked by its greedy draws, as runtime/trees.py's walk, into the staged inputs
-    of the next cycle's draft block or verify (each owner's anchor, positions, accepted cells
-    and mask), after the staging and before the run."""
+    TreeGrowth) walked by its draws, as runtime/trees.py's walk, into the staged inputs of the
+    next cycle's draft block or verify (each owner's anchor, positions, accepted cells and
+    mask), after the staging and before the run."""
 
-    verify: Engine  # the target engine whose GREEDY holds the verify's draws
+    verify: Engine  # the target engine of the verify (its draws: its GREEDY or the sampler's)
     stride: int  # draws per owner there (the verify step's slots per row)
     owners: int
     rows: int  # each tree's rows: its nodes and the anchor

@@ -154,19 +154,23 @@ extern "C" __global__ void walk_trees(const long long* drawn, int stride,
     out[2 * o] = length;
     out[2 * o + 1] = my_drawn[row];
 }
-// Each owner's sampled verify rows (one thread per owner) given the uniforms of their depths:
-// the sampler's params [R, 4] (temperature, top_p, top_k, uniform) were staged for a chain, row
-// j of owner o (at o * stride + j) with the uniform of the position j after the anchor; a tree
-// row i sits at its depth's position, so its uniform becomes the chain's row depth(i)'s (record
-// [owners, 3, rows] as grow_trees writes it). Rows from the last down: depth(i) <= i, so a row
-// is read before it is written.
-extern "C" __global__ void tree_uniforms(float* params, const long long* record, int owners,
-                                         int rows, int stride) {
+// Each owner's sampled verify rows given the uniforms of their positions (one thread per
+// owner): in the sampler's staged params [R, 4] (temperature, top_p, top_k, uniform; owner o's
+// rows at o * stride), tree row i (record [owners, 3, rows] as grow_trees writes it) sits at
+// its anchor's position plus its depth and draws with the uniform of the position after it:
+// chain[o][offset + depth(i)], where chain [owners, chain_len] holds the uniforms of the
+// positions 1, 2, ... after the anchor the host staged, and offset is 0, or with `walked` (out
+// [owners, 2] of walk_trees) the accepted path's length: the anchor the walk moved on to.
+extern "C" __global__ void tree_uniforms(float* params, const long long* record,
+                                         const float* chain, int chain_len,
+                                         const long long* walked, int owners, int rows,
+                                         int stride) {
     const int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= owners) return;
     const long long* depth = record + (long long)o * 3 * rows + 2 * rows;
+    const float* mine = chain + (long long)o * chain_len + (walked ? walked[2 * o] : 0);
     float* owner = params + (long long)o * stride * 4;
-    for (int i = rows - 1; i > 0; --i) owner[i * 4 + 3] = owner[depth[i] * 4 + 3];
+    for (int i = 0; i < rows; ++i) owner[i * 4 + 3] = mine[depth[i]];
 }
 """
 
@@ -296,14 +300,18 @@ class HostDevice:
                 self._bytes(start, seen)[:] = np.arange(seen) < length
             result[o] = length, burst[-1]
 
-    def tree_uniforms(self, params: int, record: int, owners: int, rows: int,
-                      stride: int) -> None:
+    def tree_uniforms(self, params: int, record: int, chain: int, chain_len: int, walked: int,
+                      owners: int, rows: int, stride: int) -> None:
         """CudaDevice.tree_uniforms in numpy, over the same memory."""
         depths = self._bytes(record, 24 * owners * rows).view(np.int64).reshape(
             owners, 3, rows)[:, 2]
+        chains = self._bytes(chain, 4 * owners * chain_len).view(np.float32).reshape(
+            owners, chain_len)
+        offsets = (self._bytes(walked, 16 * owners).view(np.int64)[0::2] if walked
+                   else np.zeros(owners, np.int64))
         for o in range(owners):
             uniform = self._bytes(params + 16 * o * stride, 16 * rows).view(np.float32)[3::4]
-            uniform[:] = uniform[depths[o]]
+            uniform[:] = chains[o, offsets[o] + depths[o]]
 
     def _bytes(self, ptr: int, nbytes: int) -> np.ndarray:
         """The bytes at [ptr, ptr + nbytes), which must lie inside one array: the one at the
@@ -422,12 +430,13 @@ class CudaDevice:
                           np.uintp(mask), np.int32(width), np.int32(cells), np.uintp(out),
                           block=(32, 1, 1), grid=(owners, 1), stream=self.stream)
 
-    def tree_uniforms(self, params: int, record: int, owners: int, rows: int,
-                      stride: int) -> None:
-        """Each owner's sampled tree rows given their depths' uniforms in the sampler's staged
-        params, on the stream (the kernel's comment says how)."""
+    def tree_uniforms(self, params: int, record: int, chain: int, chain_len: int, walked: int,
+                      owners: int, rows: int, stride: int) -> None:
+        """Each owner's sampled tree rows given their positions' uniforms in the sampler's
+        staged params, on the stream (the kernel's comment says how; walked 0: none)."""
         self._compile()
-        self._uniforms_kernel(np.uintp(params), np.uintp(record), np.int32(owners),
+        self._uniforms_kernel(np.uintp(params), np.uintp(record), np.uintp(chain),
+                              np.int32(chain_len), np.uintp(walked), np.int32(owners),
                               np.int32(rows), np.int32(stride), block=(32, 1, 1),
                               grid=((owners + 31) // 32, 1), stream=self.stream)
 

@@ -148,14 +148,14 @@ class DFlashExecutor(Executor):
     # `grows_trees`: ort-cuda; sampled sessions since 2026-12-04's fourth sitting); False: the
     # host grows them from the fetched choices (as in 2026-12-04's second sitting)
     grow_on_device = True
-    # a cycle of greedy sessions that finishes a verify grown on the device queues the next
-    # cycle's draft block and verify behind it before the verdict is on the host: the device
-    # walks the trees by the verify's draws into their staged inputs (TreeVerdict), so the
-    # device goes from the verify to the drain behind it, the next block and the next verify
-    # with no wait for the host, which walks, keeps the paths and rebases the next verify's
-    # plan meanwhile; it checks the device's paths against its own at the next cycle, which
-    # drops that verify where they differ (False: both are queued after the host's walk, as
-    # in 2026-12-04's second sitting)
+    # a cycle that finishes a verify grown on the device queues the next cycle's draft block
+    # and verify behind it before the verdict is on the host: the device walks the trees by
+    # the verify's draws into their staged inputs (TreeVerdict), so the device goes from the
+    # verify to the drain behind it, the next block and the next verify with no wait for the
+    # host, which walks, keeps the paths and rebases the next verify's plan meanwhile; it
+    # checks the device's paths against its own at the next cycle, which drops that verify
+    # where they differ (False: both are queued after the host's walk, as in 2026-12-04's
+    # second sitting; sampled sessions walk since its fourth)
     walk_on_device = True
 
     def __init__(self, *args, draft: DraftModel | None = None,
@@ -489,11 +489,19 @@ class DFlashExecutor(Executor):
         owners = len(requests)
         tokens = np.zeros((owners, nodes + 1), np.int64)
         tokens[:, 0] = [r.anchor for r in requests]
-        # staged as a chain's: row j with the uniform of the position j + 1 after the anchor
-        # (0 for greedy rows); a sampled tree row takes its depth's on the device
+        # staged as a chain's (0 for greedy rows); a sampled tree row takes its position's
+        # uniform on the device, from each owner's uniforms of the positions after its anchor:
+        # as far as its depths go past the longest path a walk before the run may accept
         draws = self.draws([r.sid for r in requests for _ in range(nodes + 1)],
                            [r.position + j + 1 for r in requests for j in range(nodes + 1)])
-        growth = TreeGrowth(self.draft.block, owners, self.n_draft, nodes, step.stride)
+        uniforms = None
+        if not draws.is_greedy:
+            span = nodes + 1 + min(nodes, self.n_draft) + 1
+            uniforms = self.draws([r.sid for r in requests for _ in range(span)],
+                                  [r.position + j + 1 for r in requests for j in range(span)]
+                                  ).uniform.reshape(owners, span)
+        growth = TreeGrowth(self.draft.block, owners, self.n_draft, nodes, step.stride,
+                            uniforms)
         return growth, self.target.launch_tree(step, tokens, None, draws, grow=growth,
                                                walk=walk)
 
@@ -572,12 +580,9 @@ class DFlashExecutor(Executor):
         fits whatever the verdict. Returns the walk's TreeVerdict and the block's choices
         (queue_choices: never taken, since keep_path changes the draft), or None where not
         queued."""
-        # (greedy sessions only: a sampled verify queued now would stage the uniforms of
-        # positions from this cycle's anchors, and its rows' are the verdict's path further)
         if not (self.walk_on_device and self.queue_ahead and self.verify_ahead
                 and self.proposer is self.draft and self.backend.launches
-                and self._grows_trees(nodes)
-                and not any(self._samples(r.sid) for r in requests)):
+                and self._grows_trees(nodes)):
             return None
         longest = min(nodes, self.n_draft) + 1  # the rows of a tree's deepest path
         if not all(self._cycle_fits(r.position + longest) for r in requests):

@@ -116,6 +116,11 @@ class OrtDeviceBackend(Backend):
         # trees walked on the device (_walk): the same for each path's length and next token
         self.walk_record: tuple[Buffer, np.ndarray] | None = None
         self.walked = None
+        # by engine: where its last launched run's draws are, (engine, output): its GREEDY,
+        # or the sampler's TOKENS (a walk of the run's trees reads them)
+        self.drawn_at: dict[int, tuple[DeviceEngine, str]] = {}
+        # sampled trees grown on the device: their owners' uniforms (TreeGrowth.uniforms)
+        self.tree_uniforms: tuple[Buffer, Staging] | None = None
 
     def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
         return self.policy
@@ -161,7 +166,10 @@ class OrtDeviceBackend(Backend):
         dims = self._queue(engine, pools, feeds, outputs, cells, _draw_output(draws), static,
                            gather, grow=grow, walk=walk)
         clock = _Clock(self.timings)
-        drawn = None if draws is None else self._drawn(engine, dims, draws, static, grow)
+        drawn = None if draws is None else self._drawn(engine, dims, draws, static, grow,
+                                                       walked=walk is not None)
+        if drawn is not None:  # where a walk of this run's trees finds its draws
+            self.drawn_at[id(engine)] = drawn[:2]
         clock.lap("draw")
         copied = None
         if drawn is not None and early and self.drawn_first:
@@ -323,7 +331,8 @@ class OrtDeviceBackend(Backend):
         if self.walk_record is None:
             self.walk_record = self._record_memory(16)
         record, pinned = self.walk_record
-        self.device.walk_trees(verdict.verify.buffers[names.GREEDY].ptr, verdict.stride,
+        source, name = self.drawn_at[id(verdict.verify)]  # its GREEDY, or the sampler's
+        self.device.walk_trees(source.buffers[name].ptr, verdict.stride,
                                self.tree_record[0].ptr, verdict.owners, verdict.rows,
                                engine.input_address(names.TOKENS),
                                engine.input_address(names.POSITIONS),
@@ -382,12 +391,13 @@ class OrtDeviceBackend(Backend):
                          {gather.name: shape})
 
     def _drawn(self, engine: DeviceEngine, dims: dict[str, int], draws: Draws,
-               static: bool, grow: TreeGrowth | None = None
+               static: bool, grow: TreeGrowth | None = None, walked: bool = False
                ) -> tuple[DeviceEngine, str, dict[str, int]]:
         """Where the drawn token of every logits row is, as (engine, output, its dims): the
         graph's argmax when every row is greedy, else the TOKENS of the sampler graph, run here
-        on the device on the engine's logits. `grow`: the run's trees grew on the device, its
-        draws staged as a chain's: each tree row first takes its depth's uniform."""
+        on the device on the engine's logits. `grow`: the run's trees grew on the device: each
+        tree row first takes its position's uniform from grow.uniforms (`walked`: past the
+        path the walk before the run accepted)."""
         if draws.is_greedy:
             return engine, names.GREEDY, dims
         if self.sampler is None:
@@ -399,10 +409,20 @@ class OrtDeviceBackend(Backend):
         vocab = engine.outputs[names.LOGITS].shape[-1]
         sample_dims = self.sampler.stage({names.PARAMS: draws.params()})
         if grow is not None:
-            assert self.tree_record is not None, "grown on the device"
+            assert self.tree_record is not None and grow.uniforms is not None
+            chain = np.ascontiguousarray(grow.uniforms, np.float32)
+            if self.tree_uniforms is None:
+                size = 4 * self.limits["S"] * 2 * MAX_TREE_ROWS
+                self.tree_uniforms = self.device.alloc(size), Staging(self.device, size)
+            buffer, staging = self.tree_uniforms
+            flat = chain.reshape(-1).view(np.uint8)
+            staging.take()[: flat.size] = flat
+            staging.upload(buffer, flat.size)
+            assert self.walk_record is not None or not walked
             self.device.tree_uniforms(self.sampler.input_address(names.PARAMS),
-                                      self.tree_record[0].ptr, grow.owners, grow.nodes + 1,
-                                      grow.stride)
+                                      self.tree_record[0].ptr, buffer.ptr, chain.shape[1],
+                                      self.walk_record[0].ptr if walked else 0, grow.owners,
+                                      grow.nodes + 1, grow.stride)
         self.sampler.bind_external(names.LOGITS, (rows, vocab), engine.buffers[names.LOGITS].ptr)
         self.sampler.bind_outputs(sample_dims, [names.TOKENS])
         self.sampler.run((("R", rows),) if static else None)

@@ -257,15 +257,17 @@ def test_trees_walked_on_the_device_are_walk(seed):
     np.testing.assert_array_equal(host["out"][:, 0], [len(p) for p in case["paths"]])
 
 
+@pytest.mark.parametrize("walked", [False, True], ids=["grown", "walked"])
 @pytest.mark.parametrize("seed", range(3))
-def test_tree_uniforms_on_the_device_are_host_devices(seed):
+def test_tree_uniforms_on_the_device_are_host_devices(seed, walked):
     """CudaDevice.tree_uniforms against HostDevice's on the same memory (tests/runtime/
     test_trees.py's uniforms_case: three owners' trees of 15 nodes, rows at a stride of 20,
-    rows past the owners'): every byte of the params the same."""
+    rows past the owners', with and without a walk's path lengths): every byte of the params
+    the same."""
     from cellspec.runtime.device import CudaDevice, HostDevice
     from tests.runtime.test_trees import device_uniforms, uniforms_case
 
-    case = uniforms_case(seed)
+    case = uniforms_case(seed, walked)
     got = device_uniforms(CudaDevice(), case)
     np.testing.assert_array_equal(got.view(np.uint32),
                                   device_uniforms(HostDevice(), case).view(np.uint32))
@@ -292,7 +294,7 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
     behind it; every prompt's 48 tokens are plain decoding's, and the queued blocks were the
     ones taken. With `verify_ahead` (the default) the verdict also queues the next verify,
     which every cycle but a prompt's first finishes: its trees grow on the device from the
-    block's outputs (a sampled row with its depth's uniform); greedy, both were queued behind
+    block's outputs (a sampled row with its position's uniform), and both were queued behind
     the verify before its verdict, their inputs walked on the device. Without it, each cycle
     takes the block queued at the last verdict and runs its own verify."""
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
@@ -316,13 +318,11 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
             # on the device from the block queued with it (sampled rows given their depths'
             # uniforms there)
             assert finished == spec.stats.rounds - len(ids)
-            greedy = sampling == Sampling()
             assert spec.stats.grown == finished
             assert ahead == 0  # no block's choices came to the host
-            # greedy, each cycle that finished a verify grown on the device queued the next
-            # block and verify behind it before its verdict (walk_on_device), and the device
-            # walked its trees as the host did: no verify was dropped; sampled, the block after
-            # the verdict
-            assert walked == spec.stats.walked == (spec.stats.grown if greedy else 0)
+            # each cycle that finished a verify grown on the device queued the next block and
+            # verify behind it before its verdict (walk_on_device), and the device walked its
+            # trees as the host did: no verify was dropped
+            assert walked == spec.stats.walked == spec.stats.grown
         else:
             assert ahead == spec.stats.rounds - len(ids) and finished == 0

@@ -297,9 +297,12 @@ def test_a_walk_on_the_device_stages_the_block_the_host_would_after_its_walk(see
     np.testing.assert_array_equal(got["record"], case["record"])
 
 
-def uniforms_case(seed: int, owners: int = 3, nodes: int = 15, stride: int = 20) -> dict:
-    """Grown trees' record (as grow_trees writes it) and a sampler's params [R, 4] staged for
-    a chain per owner (owner o's rows at o * stride, two rows past the last owner's)."""
+def uniforms_case(seed: int, walked: bool, owners: int = 3, nodes: int = 15,
+                  stride: int = 20) -> dict:
+    """Grown trees' record (as grow_trees writes it), a sampler's params [R, 4] (owner o's rows
+    at o * stride, two rows past the last owner's), each owner's uniforms of the positions
+    after its anchor (as far as DFlashExecutor._launch_grown stages them for 15 proposals) and,
+    `walked`, a walk's out [owners, 2] (each path's length, its next token)."""
     rng = np.random.default_rng(seed)
     rows = nodes + 1
     record = np.zeros((owners, 3, rows), np.int64)
@@ -308,39 +311,49 @@ def uniforms_case(seed: int, owners: int = 3, nodes: int = 15, stride: int = 20)
         logp = -np.sort(rng.uniform(0, 3, ids.shape), axis=1).astype(np.float32)
         tree = grow_tree(ids, logp, nodes)
         record[o] = [[7, *tree.tokens], tree.parents, tree.depths]
-    params = rng.uniform(0, 1, (owners * stride + 2, 4)).astype(np.float32)
-    return {"record": record, "params": params, "rows": rows, "stride": stride}
+    longest = min(nodes, 15) + 1
+    out = np.stack([rng.integers(1, longest + 1, owners), rng.integers(0, 99, owners)], axis=1)
+    return {"record": record, "rows": rows, "stride": stride,
+            "params": rng.uniform(0, 1, (owners * stride + 2, 4)).astype(np.float32),
+            "chain": rng.uniform(0, 1, (owners, rows + longest)).astype(np.float32),
+            "walked": out.astype(np.int64) if walked else None}
 
 
 def device_uniforms(device, case: dict) -> np.ndarray:
     """`device`'s tree_uniforms on the case's arrays: the params it leaves."""
-    record, params = (device.alloc(case[n].nbytes) for n in ("record", "params"))
-    device.upload(record, case["record"])
-    device.upload(params, case["params"])
+    given = [n for n in ("record", "params", "chain", "walked") if case[n] is not None]
+    buffers = {n: device.alloc(case[n].nbytes) for n in given}
+    for name, buffer in buffers.items():
+        device.upload(buffer, case[name])
     device.synchronize()
-    device.tree_uniforms(params.ptr, record.ptr, case["record"].shape[0], case["rows"],
-                         case["stride"])
+    owners, span = case["chain"].shape
+    device.tree_uniforms(buffers["params"].ptr, buffers["record"].ptr, buffers["chain"].ptr,
+                         span, buffers["walked"].ptr if "walked" in buffers else 0, owners,
+                         case["rows"], case["stride"])
     device.synchronize()
     out = np.empty_like(case["params"])
-    device.download(out, params)
+    device.download(out, buffers["params"])
     return out
 
 
+@pytest.mark.parametrize("walked", [False, True], ids=["grown", "walked"])
 @pytest.mark.parametrize("seed", range(3))
-def test_a_sampled_tree_row_takes_the_uniform_of_its_depth(seed):
-    """HostDevice.tree_uniforms (CudaDevice's reference): in params staged for a chain (row j
-    of an owner with the uniform of the j-th position after its anchor), each tree row's
-    uniform becomes its depth's row's, as the host stages a tree's draws
-    (DFlashExecutor._tree_verify); the other columns and rows stay."""
+def test_a_sampled_tree_row_takes_the_uniform_of_its_position(seed, walked):
+    """HostDevice.tree_uniforms (CudaDevice's reference): each tree row's uniform in the
+    sampler's params becomes that of its position, its depth after the anchor (past the path
+    a walk accepted, where it walked), from its owner's uniforms of the positions after the
+    anchor, as the host stages a tree's draws (DFlashExecutor._tree_verify); the other columns
+    and rows stay."""
     from cellspec.runtime.device import HostDevice
 
-    case = uniforms_case(seed)
-    got, staged, stride = device_uniforms(HostDevice(), case), case["params"], case["stride"]
-    expected = staged.copy()
+    case = uniforms_case(seed, walked)
+    got, stride = device_uniforms(HostDevice(), case), case["stride"]
+    expected = case["params"].copy()
     for o, depths in enumerate(case["record"][:, 2]):
-        expected[o * stride + np.arange(depths.size), 3] = staged[o * stride + depths, 3]
+        past = case["walked"][o, 0] if walked else 0
+        expected[o * stride + np.arange(depths.size), 3] = case["chain"][o, past + depths]
     np.testing.assert_array_equal(got, expected)
-    assert not np.array_equal(got, staged)
+    assert not np.array_equal(got, case["params"])
 
 
 def test_draft_choices_are_the_blocks_best_ids_and_log_softmax(dflash_artifact):
@@ -544,10 +557,10 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
     sessions of the cycle. The text equals that of cycles that each run their own verify,
     which equals plain decoding's up to the sampling switch, also where the device runs its
     work only when waited for. The trees grow on the device (`grow_on_device`), into the
-    verify's staged inputs, a sampled row taking its depth's uniform there: the same trees and
-    draws as grown on the host. A cycle of greedy sessions that finishes such a verify queues
-    the next block behind it before its verdict, walked on the device (`walk_on_device`): the
-    same trees, draws and verifies taken as where the block is queued after the host's walk."""
+    verify's staged inputs, a sampled row taking its position's uniform there: the same trees
+    and draws as grown on the host. A cycle that finishes such a verify queues the next block
+    and verify behind it before its verdict, walked on the device (`walk_on_device`): the same
+    trees, draws and verifies taken as where they are queued after the host's walk."""
     plain = plain_on_tree_backend(dflash_artifact)
     texts = prompts(count, seed=14)
     switch = GREEDY if sampling == SAMPLED else SAMPLED
@@ -584,14 +597,9 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
     # every taken verify grew its trees on the device, greedy or sampled
     assert grown[default] == grown[host_walk] == sum(t is True for t in taken) > 0
     assert grown[host_trees] == grown[own] == 0
-    # each cycle of greedy sessions that took a verify grown on the device queued the next
-    # block and verify before its verdict: before the switch to sampling, or from it on where
-    # the switched session is alone (others still sample)
-    if sampling == GREEDY:
-        assert walked[default] == sum(t is True for t in taken[:9]) > 0
-    else:
-        assert walked[default] == (count == 1) * sum(t is True for t in taken[10:])
-        assert walked[default] > 0 or count > 1
+    # each cycle that took a verify grown on the device queued the next block and verify
+    # before its verdict
+    assert walked[default] == grown[default]
     assert walked[host_walk] == walked[host_trees] == walked[own] == 0
     # not taken: the first cycle, the changes, and with several sessions the cycle of fewer
     # and the one after it (queued for fewer). A rewind leaves no pending token: alone, the
