@@ -70,7 +70,9 @@ CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 2
 CELL_SPECULATE_SAMPLED = False
 # ... except with trees when the session is the only one that could speculate: a tree of 15
 # accepts more of a sampled text (tau 2.22 against 1.75 for the chain of 7), and gave 1.26x
-# plain at 1 session, 0.90x at 2 (H200, 2026-12-03, third sitting, bench/NOTES.md).
+# plain at 1 session, 0.90x at 2 (H200, 2026-12-03, third sitting, bench/NOTES.md); with its
+# trees grown and walked on the device, 1.56-1.58x at 1 session (2026-12-04, fourth sitting;
+# 2 sessions not measured again).
 CELL_TREE_SPECULATE_SAMPLED = 1
 # ... and a cycle verifies a tree of proposals (runtime/trees.py) rather than a chain: each row
 # of the verify sees only its ancestors, which CellAttention keys by position, so the text is
