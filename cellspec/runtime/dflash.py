@@ -483,23 +483,23 @@ class DFlashExecutor(Executor):
 
     def _launch_grown(self, requests: list[ProposalRequest], nodes: int, step: TreeStep,
                       walk: TreeVerdict | None = None) -> tuple[TreeGrowth, Callable]:
-        """Queue the verify of greedy `requests` planned as `step` (nodes + 1 rows each,
+        """Queue the verify of `requests` planned as `step` (nodes + 1 rows each,
         uncommitted), its trees grown on the device from the draft block's outputs: staged
         as a chain with the anchors only. Returns the growth and launch_tree's finish."""
         owners = len(requests)
         tokens = np.zeros((owners, nodes + 1), np.int64)
         tokens[:, 0] = [r.anchor for r in requests]
-        # staged as a chain's (0 for greedy rows); a sampled tree row takes its position's
-        # uniform on the device, from each owner's uniforms of the positions after its anchor:
-        # as far as its depths go past the longest path a walk before the run may accept
-        draws = self.draws([r.sid for r in requests for _ in range(nodes + 1)],
-                           [r.position + j + 1 for r in requests for j in range(nodes + 1)])
-        uniforms = None
-        if not draws.is_greedy:
-            span = nodes + 1 + min(nodes, self.n_draft) + 1
-            uniforms = self.draws([r.sid for r in requests for _ in range(span)],
-                                  [r.position + j + 1 for r in requests for j in range(span)]
-                                  ).uniform.reshape(owners, span)
+        # the draws of the positions after each anchor, staged as a chain's (0 for greedy
+        # rows); a sampled tree row takes its position's uniform on the device from them
+        # (TreeGrowth.uniforms): as far as its depths go past the longest path a walk before
+        # the run may accept
+        sampled = any(self._samples(r.sid) for r in requests)
+        span = nodes + 1 + (min(nodes, self.n_draft) + 1 if sampled else 0)
+        chain = self.draws([r.sid for r in requests for _ in range(span)],
+                           [r.position + j + 1 for r in requests for j in range(span)])
+        draws = chain.take((np.arange(owners)[:, None] * span
+                            + np.arange(nodes + 1)).reshape(-1))
+        uniforms = chain.uniform.reshape(owners, span) if sampled else None
         growth = TreeGrowth(self.draft.block, owners, self.n_draft, nodes, step.stride,
                             uniforms)
         return growth, self.target.launch_tree(step, tokens, None, draws, grow=growth,
@@ -518,7 +518,7 @@ class DFlashExecutor(Executor):
     def _grows_trees(self, nodes: int) -> bool:
         """Whether the next verify's trees grow on the device (`grow_on_device`): where the
         backend can and the choices hold `nodes` nodes (greedy or sampled: a sampled row's
-        uniform, its depth's, is set on the device too)."""
+        uniform, its position's, is set on the device too)."""
         return (self.grow_on_device and self.backend.grows_trees
                 and nodes < MAX_TREE_ROWS
                 and sum(names.TOP_K ** d for d in range(1, self.n_draft + 1)) >= nodes)

@@ -410,17 +410,14 @@ class OrtDeviceBackend(Backend):
         sample_dims = self.sampler.stage({names.PARAMS: draws.params()})
         if grow is not None:
             assert self.tree_record is not None and grow.uniforms is not None
-            chain = np.ascontiguousarray(grow.uniforms, np.float32)
             if self.tree_uniforms is None:
                 size = 4 * self.limits["S"] * 2 * MAX_TREE_ROWS
                 self.tree_uniforms = self.device.alloc(size), Staging(self.device, size)
             buffer, staging = self.tree_uniforms
-            flat = chain.reshape(-1).view(np.uint8)
-            staging.take()[: flat.size] = flat
-            staging.upload(buffer, flat.size)
+            _upload_as(staging, buffer, grow.uniforms, np.float32)
             assert self.walk_record is not None or not walked
             self.device.tree_uniforms(self.sampler.input_address(names.PARAMS),
-                                      self.tree_record[0].ptr, buffer.ptr, chain.shape[1],
+                                      self.tree_record[0].ptr, buffer.ptr, grow.uniforms.shape[1],
                                       self.walk_record[0].ptr if walked else 0, grow.owners,
                                       grow.nodes + 1, grow.stride)
         self.sampler.bind_external(names.LOGITS, (rows, vocab), engine.buffers[names.LOGITS].ptr)
@@ -506,7 +503,13 @@ def _mask_width_keys(engine: DeviceEngine) -> tuple[int, int]:
 
 def _upload_cells(staging: Staging, buffer: Buffer, cells: np.ndarray) -> None:
     """Queue the copy of `cells` as int64 to `buffer`, through the next of `staging`'s turns."""
-    flat = np.ascontiguousarray(cells.reshape(-1), dtype=np.int64).view(np.uint8)
+    _upload_as(staging, buffer, cells, np.int64)
+
+
+def _upload_as(staging: Staging, buffer: Buffer, array: np.ndarray, dtype) -> None:
+    """Queue the copy of `array` as `dtype` to `buffer`, through the next of `staging`'s
+    turns."""
+    flat = np.ascontiguousarray(array.reshape(-1), dtype=dtype).view(np.uint8)
     staging.take()[: flat.size] = flat
     staging.upload(buffer, flat.size)
 
