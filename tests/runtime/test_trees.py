@@ -195,6 +195,13 @@ def test_a_verify_planned_before_keep_path_is_rebased_after_it():
     assert cache.snapshot() == before
 
 
+def random_tree(rng: np.random.Generator, nodes: int) -> DraftTree:
+    """A tree of `nodes` grown from 8 block rows of random choices (ids below 1000)."""
+    ids = np.stack([rng.choice(1000, names.TOP_K, replace=False) for _ in range(8)])
+    logp = -np.sort(rng.uniform(0, 3, ids.shape), axis=1).astype(np.float32)
+    return grow_tree(ids, logp, nodes)
+
+
 def walk_case(seed: int, owners: int = 3, nodes: int = 15, block: int = 16, cells: int = 128,
               stride: int = 16) -> dict:
     """A draft cache whose `owners` sequences each hold a verified tree's rows (drained, in row
@@ -215,9 +222,7 @@ def walk_case(seed: int, owners: int = 3, nodes: int = 15, block: int = 16, cell
     trees, paths = [], []
     drawn = rng.integers(1000, 2000, (owners, stride)).astype(np.int64)  # matching no node
     for o in range(owners):
-        ids = np.stack([rng.choice(1000, names.TOP_K, replace=False) for _ in range(8)])
-        logp = -np.sort(rng.uniform(0, 3, ids.shape), axis=1).astype(np.float32)
-        tree = grow_tree(ids, logp, nodes)
+        tree = random_tree(rng, nodes)
         path, row = [0], 0
         while (children := np.flatnonzero(tree.parents == row)).size and rng.random() < 0.9:
             child = int(rng.choice(children))
@@ -307,9 +312,7 @@ def uniforms_case(seed: int, walked: bool, owners: int = 3, nodes: int = 15,
     rows = nodes + 1
     record = np.zeros((owners, 3, rows), np.int64)
     for o in range(owners):
-        ids = np.stack([rng.choice(1000, names.TOP_K, replace=False) for _ in range(8)])
-        logp = -np.sort(rng.uniform(0, 3, ids.shape), axis=1).astype(np.float32)
-        tree = grow_tree(ids, logp, nodes)
+        tree = random_tree(rng, nodes)
         record[o] = [[7, *tree.tokens], tree.parents, tree.depths]
     longest = min(nodes, 15) + 1
     out = np.stack([rng.integers(1, longest + 1, owners), rng.integers(0, 99, owners)], axis=1)
