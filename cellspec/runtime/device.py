@@ -174,6 +174,16 @@ extern "C" __global__ void tree_uniforms(float* params, const long long* record,
 }
 """
 
+# each kernel's parameters as struct characters ("P" an address, "i" an int32), for
+# prepared launches
+_KERNEL_ARGS = {
+    "commit_rows": "PPPi",
+    "gather_rows": "PPPi",
+    "grow_trees": "PPiiiPPPiiiP",
+    "walk_trees": "PiPiPPPPiiP",
+    "tree_uniforms": "PPPiPiii",
+}
+
 MAX_TREE_ROWS = 64  # grow_trees' limit: a tree of at most 63 nodes and its anchor
 
 
@@ -345,8 +355,7 @@ class CudaDevice:
         atexit.register(self.context.pop)  # PyCUDA aborts at exit with a context still pushed
         self.cuda = cuda
         self.stream = cuda.Stream()
-        self._commit_kernel = self._gather_kernel = self._tree_kernel = None
-        self._walk_kernel = self._uniforms_kernel = None
+        self._kernels: dict[str, object] = {}  # name -> prepared function (see _launch)
 
     def alloc(self, nbytes: int) -> Buffer:
         allocation = self.cuda.mem_alloc(max(nbytes, 1))
@@ -390,21 +399,17 @@ class CudaDevice:
         """pool[cells[t]] = new[t] for every pair of the pointer tables, on the stream."""
         if count == 0:
             return
-        kernel = self._compile()
-        pairs = pools.nbytes // 8
-        kernel(np.uintp(pools.ptr), np.uintp(news.ptr), np.uintp(cells.ptr),
-               np.int32(row_bytes), block=(min(128, max(32, row_bytes // 16)), 1, 1),
-               grid=(count, pairs), stream=self.stream)
+        self._launch("commit_rows", (count, pools.nbytes // 8),
+                     (min(128, max(32, row_bytes // 16)), 1, 1),
+                     pools.ptr, news.ptr, cells.ptr, row_bytes)
 
     def gather(self, dst: Buffer, pool: Buffer, cells: Buffer, count: int,
                row_bytes: int) -> None:
         """dst[t] = pool[cells[t]] for t < count, on the stream."""
         if count == 0:
             return
-        self._compile()
-        self._gather_kernel(np.uintp(dst.ptr), np.uintp(pool.ptr), np.uintp(cells.ptr),
-                            np.int32(row_bytes), block=(min(128, max(32, row_bytes // 16)), 1, 1),
-                            grid=(count, 1), stream=self.stream)
+        self._launch("gather_rows", (count, 1), (min(128, max(32, row_bytes // 16)), 1, 1),
+                     dst.ptr, pool.ptr, cells.ptr, row_bytes)
 
     def grow_trees(self, ids: int, logp: int, owners: int, depth_limit: int, branches: int,
                    nodes: int, tokens: int, positions: int, mask: int, width: int, keys: int,
@@ -412,42 +417,34 @@ class CudaDevice:
         """Each owner's tree from a draft block's choices at `ids` / `logp` into a verify's
         staged inputs and `record`, on the stream (the kernel's comment says how)."""
         assert nodes < MAX_TREE_ROWS, nodes
-        self._compile()
-        self._tree_kernel(np.uintp(ids), np.uintp(logp), np.int32(depth_limit),
-                          np.int32(branches), np.int32(nodes), np.uintp(tokens),
-                          np.uintp(positions), np.uintp(mask), np.int32(width), np.int32(keys),
-                          np.int32(cells), np.uintp(record), block=(32, 1, 1),
-                          grid=(owners, 1), stream=self.stream)
+        self._launch("grow_trees", (owners, 1), (32, 1, 1), ids, logp, depth_limit, branches,
+                     nodes, tokens, positions, mask, width, keys, cells, record)
 
     def walk_trees(self, drawn: int, stride: int, record: int, owners: int, rows: int,
                    tokens: int, positions: int, cell_table: int, mask: int, width: int,
                    cells: int, out: int) -> None:
         """Each owner's grown tree (`record`) walked by its verify's draws at `drawn` into a
         draft block's staged inputs and `out`, on the stream (the kernel's comment says how)."""
-        self._compile()
-        self._walk_kernel(np.uintp(drawn), np.int32(stride), np.uintp(record), np.int32(rows),
-                          np.uintp(tokens), np.uintp(positions), np.uintp(cell_table),
-                          np.uintp(mask), np.int32(width), np.int32(cells), np.uintp(out),
-                          block=(32, 1, 1), grid=(owners, 1), stream=self.stream)
+        self._launch("walk_trees", (owners, 1), (32, 1, 1), drawn, stride, record, rows,
+                     tokens, positions, cell_table, mask, width, cells, out)
 
     def tree_uniforms(self, params: int, record: int, chain: int, chain_len: int, walked: int,
                       owners: int, rows: int, stride: int) -> None:
         """Each owner's sampled tree rows given their positions' uniforms in the sampler's
         staged params, on the stream (the kernel's comment says how; walked 0: none)."""
-        self._compile()
-        self._uniforms_kernel(np.uintp(params), np.uintp(record), np.uintp(chain),
-                              np.int32(chain_len), np.uintp(walked), np.int32(owners),
-                              np.int32(rows), np.int32(stride), block=(32, 1, 1),
-                              grid=((owners + 31) // 32, 1), stream=self.stream)
+        self._launch("tree_uniforms", ((owners + 31) // 32, 1), (32, 1, 1), params, record,
+                     chain, chain_len, walked, owners, rows, stride)
 
-    def _compile(self):
-        if self._commit_kernel is None:
+    def _launch(self, name: str, grid: tuple, block: tuple, *args: int) -> None:
+        """Kernel `name` of _COMMIT_SOURCE on the stream, its arguments (addresses and ints,
+        in _KERNEL_ARGS' format) packed by a prepared call: PyCUDA's plain call inspects each
+        argument's type at every launch, about 20 us of host time on the H200's host."""
+        if not self._kernels:
             from pycuda.compiler import SourceModule
 
             module = SourceModule(_COMMIT_SOURCE, no_extern_c=True, options=["-O3"])
-            self._commit_kernel = module.get_function("commit_rows")
-            self._gather_kernel = module.get_function("gather_rows")
-            self._tree_kernel = module.get_function("grow_trees")
-            self._walk_kernel = module.get_function("walk_trees")
-            self._uniforms_kernel = module.get_function("tree_uniforms")
-        return self._commit_kernel
+            for kernel, arg_format in _KERNEL_ARGS.items():
+                function = module.get_function(kernel)
+                function.prepare(arg_format)
+                self._kernels[kernel] = function
+        self._kernels[name].prepared_async_call(grid, block, self.stream, *args)
