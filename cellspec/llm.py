@@ -68,12 +68,14 @@ CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 2
 # at 0.7 / top_p 0.9 against 2.69 greedy), so speculation gave 0.95-1.01x plain at 1 session
 # and 0.74-0.80x at 2 (H200, 2026-12-03, bench/NOTES.md). Greedy sessions still speculate.
 CELL_SPECULATE_SAMPLED = False
-# ... except with trees when the session is the only one that could speculate: a tree of 15
-# accepts more of a sampled text (tau 2.22 against 1.75 for the chain of 7), and gave 1.26x
-# plain at 1 session, 0.90x at 2 (H200, 2026-12-03, third sitting, bench/NOTES.md); with its
-# trees grown and walked on the device, 1.56-1.58x at 1 session (2026-12-04, fourth sitting;
-# 2 sessions not measured again).
-CELL_TREE_SPECULATE_SAMPLED = 1
+# ... except with trees when at most CELL_TREE_SPECULATE_SAMPLED sessions could speculate: a
+# tree of 15 accepts more of a sampled text (tau 2.22 against 1.75 for the chain of 7), and gave
+# 1.26x plain at 1 session, 0.90x at 2 (H200, 2026-12-03, third sitting, bench/NOTES.md), so 1
+# then; with the trees grown and walked on the device, 1.56-1.58x at 1 session (2026-12-04,
+# fourth sitting), and with every session sampled at 0.7 / top_p 0.9, 1.40-1.43x at 2, 1.19-1.27x
+# at 3 and 1.21-1.28x at 4 (2026-12-04, fifth sitting): as many as speculate at all
+# (CELL_TREE_MAX_SPEC_BATCH below).
+CELL_TREE_SPECULATE_SAMPLED = 4
 # ... and a cycle verifies a tree of proposals (runtime/trees.py) rather than a chain: each row
 # of the verify sees only its ancestors, which CellAttention keys by position, so the text is
 # unchanged. On the H200 (real SmolLM2 float16, 16 held-out prompts, one call; bench/NOTES.md,
@@ -184,8 +186,8 @@ class LLM:
     runs ahead (`ort-cuda`), steps that only decode run as chains of up to this many (the host
     plans each step while the device runs the one before; 1 = none). On `ort-cuda` with
     CellAttention sessions that draw with a temperature do not speculate in chains
-    (CELL_SPECULATE_SAMPLED: there it does not pay), and with trees only when no other session
-    could (CELL_TREE_SPECULATE_SAMPLED); greedy ones do. `tree_nodes`: each cycle verifies a
+    (CELL_SPECULATE_SAMPLED: there it does not pay), and with trees only when at most
+    CELL_TREE_SPECULATE_SAMPLED sessions could; greedy ones do. `tree_nodes`: each cycle verifies a
     tree of this many proposals, grown from the draft's top choices per row (0: a chain; default:
     CELL_TREE_NODES on `ort-cuda` with CellAttention, the one backend that verifies a tree as
     plain decoding rounds; elsewhere chains)."""
