@@ -71,11 +71,10 @@ CELL_SPECULATE_SAMPLED = False
 # ... except with trees when at most CELL_TREE_SPECULATE_SAMPLED sessions could speculate: a
 # tree of 15 accepts more of a sampled text (tau 2.22 against 1.75 for the chain of 7), and gave
 # 1.26x plain at 1 session, 0.90x at 2 (H200, 2026-12-03, third sitting, bench/NOTES.md), so 1
-# then; with the trees grown and walked on the device, 1.56-1.58x at 1 session (2026-12-04,
-# fourth sitting), and with every session sampled at 0.7 / top_p 0.9, 1.40-1.43x at 2, 1.19-1.27x
-# at 3 and 1.21-1.28x at 4 (2026-12-04, fifth sitting): as many as speculate at all
-# (CELL_TREE_MAX_SPEC_BATCH below).
-CELL_TREE_SPECULATE_SAMPLED = 4
+# then; with the trees grown and walked on the device, every session sampled at 0.7 / top_p 0.9,
+# 1.31-1.50x at 1 session, 1.13-1.24x at 2, 1.13-1.19x at 3 and 1.00-1.04x at 4 (2026-12-04,
+# fifth sitting, three processes, each batch's graphs captured before its timing).
+CELL_TREE_SPECULATE_SAMPLED = 3
 # ... and a cycle verifies a tree of proposals (runtime/trees.py) rather than a chain: each row
 # of the verify sees only its ancestors, which CellAttention keys by position, so the text is
 # unchanged. On the H200 (real SmolLM2 float16, 16 held-out prompts, one call; bench/NOTES.md,
