@@ -82,6 +82,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from cellspec.llm import SamplingParams
 
     prompts = args.prompts or [read_stdin_prompt()]
+    for index, prompt in enumerate(prompts):  # before a first use's export, not after it
+        if not prompt.strip():
+            raise InvalidArgument(f"prompt {index}: empty (or only whitespace)")
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, stop=tuple(args.stop), seed=args.seed)
     # One prompt gets one session with the whole cache; N prompts run min(N, 8) at once.

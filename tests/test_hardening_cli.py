@@ -99,6 +99,15 @@ def test_an_empty_prompt_is_refused(artifact, capsys, prompt):
     assert "empty" in one_line_error(capsys, "generate", prompt, "--model", artifact)
 
 
+def test_an_empty_prompt_is_refused_before_a_first_use_export(checkpoint, tmp_path,
+                                                              monkeypatch, capsys):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CELLSPEC_CACHE", str(cache))
+    err = one_line_error(capsys, "generate", "hi", " ", "--model", checkpoint)
+    assert "prompt 1: empty" in err
+    assert not cache.exists() or not any(cache.iterdir())  # nothing exported
+
+
 def test_one_prompt_gets_one_session_with_the_whole_budget(artifact, capsys):
     with pytest.raises(InvalidArgument, match="max_session_tokens") as refused:
         LLM(artifact, chat=False).generate(LONG_PROMPT)  # 8 sessions of 127 tokens
