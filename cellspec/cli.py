@@ -58,6 +58,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                           accuracy_level=args.accuracy_level, **widths)
     if args.engines is None and args.compute_capabilities:
         raise UsageError("--compute-capabilities needs --engines tensorrt-rtx")
+    if args.engines and args.quantize == "int4":  # refused before the export, not after it
+        raise UsageError("--engines tensorrt-rtx with --quantize int4: 4-bit weights need a "
+                         "TensorRT plugin, so int4 artifacts get no TensorRT engine (export "
+                         "float16 or float32 for engines)")
     capabilities = list(args.compute_capabilities or ("sm80", "sm89"))
     if args.engines:
         from cellspec.export.tensorrt import check_compute_capabilities

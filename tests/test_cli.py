@@ -146,3 +146,11 @@ def test_compute_capabilities_are_checked_before_exporting(checkpoint, tmp_path)
                                           "--compute-capabilities", "sm90"))
     assert "sm90" in line or "TensorRT for RTX" in line
     assert not out.exists()
+
+
+def test_int4_with_engines_is_refused_before_exporting(checkpoint, tmp_path):
+    out = tmp_path / "out"
+    line = assert_one_line_error(cellspec("export", checkpoint, out, "--engines", "tensorrt-rtx",
+                                          "--quantize", "int4"))
+    assert "int4 artifacts get no TensorRT engine" in line
+    assert not out.exists()

@@ -101,6 +101,18 @@ def test_out_is_refused_before_converting(checkpoint, tmp_path):
     assert (empty / "manifest.json").is_file()
 
 
+def test_a_missing_draft_is_named_before_the_checkpoint_is_read(checkpoint, tmp_path,
+                                                                monkeypatch):
+    def read(*args):
+        raise AssertionError("the checkpoint was read first")
+
+    monkeypatch.setattr(cellspec.export, "_read", read)
+    with pytest.raises(InvalidCheckpoint, match="nope: no such file or folder"):
+        export(checkpoint, tmp_path / "artifact", SMALL, progress=False,
+               draft=tmp_path / "nope")
+    assert not (tmp_path / "artifact").exists()
+
+
 def test_a_failed_overwrite_from_the_command_line_keeps_the_old_artifact(checkpoint, edited,
                                                                         tmp_path, capsys):
     from cellspec import cli

@@ -40,10 +40,13 @@ def export(checkpoint: str | Path | Checkpoint, out: str | Path,
     left exactly as it was."""
     config = config or ExportConfig()
     out = _check_out(Path(out), overwrite)
+    # the draft's folder opened (its tensors are read lazily) before the target's long read, so
+    # that a wrong draft path is said at once
+    draft_files = None if draft is None else load_checkpoint(Path(draft))
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else _read(Path(checkpoint), progress)
     hp = read_hparams(ckpt.config)
     _check_tokenizer(ckpt, hp)
-    draft_ckpt = None if draft is None else load_draft(draft, hp)
+    draft_ckpt = None if draft is None else load_draft(draft, hp, draft_files)
     config = _with_draft_taps(config, draft_ckpt)
     _check_against_model(config, hp)
     with staged_folder(out, replace=overwrite) as temp:

@@ -26,7 +26,7 @@ import numpy as np
 
 from cellspec.errors import InvalidCheckpoint
 from cellspec.export.arch import Hparams, read_hparams
-from cellspec.export.checkpoint import load_checkpoint
+from cellspec.export.checkpoint import Checkpoint, load_checkpoint
 
 ARCHITECTURE = "DFlashDraftModel"
 PROPOSAL_VOCAB_NAME = "proposal_vocab.json"
@@ -56,10 +56,12 @@ class DraftCheckpoint:
     proposal_vocab: tuple[int, ...] | None = None  # the ids it may propose; None: all
 
 
-def load_draft(path: str | Path, target: Hparams) -> DraftCheckpoint:
-    """Read a z-lab draft folder and check it against the target's hyper-parameters; raises
-    InvalidCheckpoint naming the offending field or tensor."""
-    ckpt = load_checkpoint(Path(path))
+def load_draft(path: str | Path, target: Hparams, ckpt: Checkpoint | None = None
+               ) -> DraftCheckpoint:
+    """Read a z-lab draft folder (`ckpt`: its checkpoint already opened) and check it against
+    the target's hyper-parameters; raises InvalidCheckpoint naming the offending field or
+    tensor."""
+    ckpt = ckpt or load_checkpoint(Path(path))
     spec = read_draft_spec(ckpt.config, target)
     tensors = _Unprefixed(ckpt.tensors)
     missing = [n for n in draft_tensor_shapes(spec) if n not in tensors]
