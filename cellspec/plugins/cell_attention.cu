@@ -493,6 +493,187 @@ __global__ void combine_kernel(const float* __restrict__ partials, Dims dm, T* _
   }
 }
 
+// Steps whose tiling is one (row, head) pair a block (tile: rows 1, heads 1) over 2 to
+// kMaxInBlockChunks chunks: one block per pair, one group of kChunk threads per chunk, each group
+// doing chunk_kernel's arithmetic for its chunk with that tiling (the same operations in the same
+// order: a pair's sums do not depend on its block), its partials kept in shared memory, then the
+// block combining them as combine_kernel does (the same operations in the same order). The
+// output is bit for bit the two kernels', in one launch instead of two (decode steps and verifies
+// over short contexts: the real SmolLM2's 100-300 cells are 2-3 chunks).
+constexpr int kMaxInBlockChunks = 4;
+
+template <typename T, bool kOverlap>
+__global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
+    const T* __restrict__ q, const T* __restrict__ k_new, const T* __restrict__ v_new,
+    const T* __restrict__ k_pool, const T* __restrict__ v_pool,
+    const int64_t* __restrict__ cell_table, const bool* __restrict__ mask,
+    const int64_t* __restrict__ positions, Dims dm, T* __restrict__ out) {
+  __shared__ float query[kMaxHeadDim];
+  __shared__ float weight[kMaxInBlockChunks][kChunk];
+  __shared__ int new_col[kMaxInBlockChunks][kChunk];
+  __shared__ const T* value_rows[kMaxInBlockChunks][kChunk];
+  __shared__ float max_part[kMaxInBlockChunks][kWarps], sum_part[kMaxInBlockChunks][kWarps];
+  __shared__ float part[kMaxInBlockChunks][kMaxHeadDim + 2];  // each chunk's max, sum, sums
+  __shared__ int seen[kMaxInBlockChunks];  // whether the chunk's group saw a key
+
+  // the block's pair: (sequence s, row r0, head h0), as chunk_kernel's with rows = heads = 1
+  const unsigned H = static_cast<unsigned>(dm.H);
+  const int64_t h0 = blockIdx.x % H;
+  const int64_t row = blockIdx.x / H;  // s * Q + r0
+  const int64_t s = row / dm.Q;
+  const int g = threadIdx.x / kChunk;  // the chunk of this thread's group
+  const int t = threadIdx.x % kChunk;
+  const int D = static_cast<int>(dm.D);
+  const int64_t kv_width = dm.KV * dm.D;
+  const int64_t kv_offset = (h0 / (dm.H / dm.KV)) * dm.D;
+  const int64_t first = static_cast<int64_t>(g) * kChunk;
+  const int64_t key = first + t;
+  if constexpr (kOverlap) {
+    allow_dependents();
+    wait_for_predecessor();
+  }
+  const int lane32 = t & 31, warp = t >> 5;
+
+  if (threadIdx.x < D) query[threadIdx.x] = to_float(q[(row * dm.H + h0) * dm.D + threadIdx.x]);
+  new_col[g][t] = -1;
+  __syncthreads();
+  {
+    const bool* mask_row = mask + row * (dm.N + dm.Q);
+    for (int64_t i = t; i < dm.Q; i += kChunk) {
+      const bool sees = mask_row[dm.N + i];
+      const int64_t at = dm.by_position ? positions[s * dm.Q + i] : dm.N + i;
+      if (at >= first && at < first + kChunk && sees) new_col[g][at - first] = i;
+    }
+  }
+  __syncthreads();
+
+  const int64_t cell = key < dm.N ? cell_table[s * dm.N + key] : 0;
+  const bool sees_cell = key < dm.N && mask[row * (dm.N + dm.Q) + key];
+  const T *key_row = nullptr, *val_row = nullptr;
+  if (sees_cell) {
+    key_row = k_pool + cell * kv_width + kv_offset;
+    val_row = v_pool + cell * kv_width + kv_offset;
+  } else if (new_col[g][t] >= 0) {
+    const int64_t at = (s * dm.Q + new_col[g][t]) * kv_width + kv_offset;
+    key_row = k_new + at;
+    val_row = v_new + at;
+  }
+  value_rows[g][t] = val_row;
+  if (t == 0) seen[g] = 0;
+  __syncthreads();
+  if (key_row != nullptr) seen[g] = 1;  // (any thread: a benign race to the same value)
+  __syncthreads();
+  const bool active = seen[g] != 0;  // else the chunk's partials are chunk_kernel's empty ones
+
+  // the weighted sum's layout (chunk_kernel's)
+  const int vectors = D / Vec<T>::kSize;
+  const int nv = (vectors + kWarps - 1) / kWarps;
+  const int groups = 32 / nv;
+  const int kg = lane32 / nv, vi = lane32 % nv, vec = warp * nv + vi;
+  const bool summing = kg < groups && vec < vectors && vi < nv;
+  const int lane_keys = (kChunk - kg + groups - 1) / groups;
+  uint4 values[kValueLoads];
+  auto load_values = [&](int u0) {
+#pragma unroll
+    for (int u = 0; u < kValueLoads; ++u) {
+      values[u] = make_uint4(0, 0, 0, 0);
+      const T* v_row = active && summing && u0 + u < lane_keys
+                           ? value_rows[g][kg + groups * (u0 + u)] : nullptr;
+      if (v_row != nullptr) values[u] = *reinterpret_cast<const uint4*>(v_row + vec * Vec<T>::kSize);
+    }
+  };
+
+  {  // the score of key t (chunk_kernel's dot, one head)
+    float dot = 0.f;
+    if (key_row != nullptr) {
+      constexpr int kVecs = kMaxHeadDim / Vec<T>::kSize;
+#pragma unroll 1
+      for (int base = 0; base < kVecs && base * Vec<T>::kSize < D; base += kKeyLoads) {
+        uint4 raw[kKeyLoads];
+#pragma unroll
+        for (int u = 0; u < kKeyLoads; ++u) {
+          const int d = (base + u) * Vec<T>::kSize;
+          if (d < D) raw[u] = *reinterpret_cast<const uint4*>(key_row + d);
+        }
+#pragma unroll
+        for (int u = 0; u < kKeyLoads; ++u) {
+          const int d = (base + u) * Vec<T>::kSize;
+          if (d >= D) continue;
+          const T* items = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+          for (int i = 0; i < Vec<T>::kSize; ++i) dot = fmaf(query[d + i], to_float(items[i]), dot);
+        }
+      }
+    }
+    weight[g][t] = key_row != nullptr ? dot * dm.scale : -INFINITY;
+  }
+  __syncthreads();
+
+  load_values(0);
+  {
+    const float m = warp_reduce<true>(weight[g][t]);
+    if (lane32 == 0) max_part[g][warp] = m;
+  }
+  __syncthreads();
+  {
+    const float score = weight[g][t];
+    const float e = score != -INFINITY ? expf(score - fold<true>(max_part[g])) : 0.f;
+    weight[g][t] = e;
+    const float l = warp_reduce<false>(e);
+    if (lane32 == 0) sum_part[g][warp] = l;
+  }
+  __syncthreads();
+
+  constexpr int kV = Vec<T>::kSize;
+  float acc[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) acc[i] = 0.f;
+  const bool one_batch = lane_keys <= kValueLoads;
+#pragma unroll 1
+  for (int u0 = 0; u0 < lane_keys; u0 += kValueLoads) {
+    if (u0 > 0 && !one_batch) load_values(u0);
+#pragma unroll
+    for (int u = 0; u < kValueLoads; ++u) {
+      if (u0 + u >= lane_keys) break;
+      const int key_at = kg + groups * (u0 + u);
+      const T* items = reinterpret_cast<const T*>(&values[u]);
+      const float w = weight[g][key_at];
+      if (w == 0.f) continue;
+#pragma unroll
+      for (int i = 0; i < kV; ++i) acc[i] = fmaf(w, to_float(items[i]), acc[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kV; ++i) acc[i] = sum_groups(acc[i], groups, nv, kg);
+  if (kg == 0 && summing) {  // the chunk's partials, as chunk_kernel writes them
+    if (vec == 0) {
+      part[g][0] = active ? fold<true>(max_part[g]) : -INFINITY;
+      part[g][1] = active ? fold<false>(sum_part[g]) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < kV; ++i) part[g][2 + vec * kV + i] = active ? acc[i] : 0.f;
+  }
+  __syncthreads();
+
+  // combine_kernel's arithmetic over the block's chunks
+  if (threadIdx.x < D) {
+    const int64_t chunks = dm.chunks;
+    float m = -INFINITY;
+    for (int64_t c = 0; c < chunks; ++c)
+      if (part[c][1] > 0.f) m = fmaxf(m, part[c][0]);
+    const int d = threadIdx.x;
+    float l = 0.f, acc_d = 0.f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (part[c][1] > 0.f) {
+        const float f = expf(part[c][0] - m);
+        l += part[c][1] * f;
+        acc_d += part[c][2 + d] * f;
+      }
+    }
+    out[(row * dm.H + h0) * dm.D + d] = from_float<T>(l > 0.f ? acc_d / l : 0.f);
+  }
+}
+
 // combine_kernel's shared memory: two floats per chunk, within the 48 KB a launch gets by default
 constexpr size_t kMaxCombineBytes = 48 * 1024;
 size_t combine_bytes(const Dims& dm) { return static_cast<size_t>(dm.chunks) * 2 * sizeof(float); }
@@ -1200,6 +1381,18 @@ void tile(Dims& dm, int (*resident)(int heads)) {
   dm.row_tiles = (dm.Q + rows - 1) / rows;
 }
 
+// whether a step tiled one (row, head) pair a block runs as pair_kernel: 2 to kMaxInBlockChunks
+// chunks, unless CELLSPEC_CUDA_PAIR_KERNEL=0 in the environment (chunk_kernel and combine_kernel
+// then, whose output is the same bit for bit: the op tests compare them)
+bool pairs_in_one_launch(const Dims& dm) {
+  static const bool enabled = [] {
+    const char* setting = std::getenv("CELLSPEC_CUDA_PAIR_KERNEL");
+    return !(setting && std::string(setting) == "0");
+  }();
+  return enabled && dm.rows == 1 && dm.heads == 1 && dm.chunks >= 2 &&
+         dm.chunks <= kMaxInBlockChunks;
+}
+
 // null, or op `name`'s error for cos_cache and sin_cache not both [positions, D / 2] with at least
 // one position (the rotation clamps a position into the caches)
 OrtStatus* check_rotary_caches(const std::string& name, const std::vector<int64_t>& cos,
@@ -1236,8 +1429,17 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
   if (row_heads == 0) return nullptr;
   tile(dm, resident_chunk_blocks<T>);
   auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
-  const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
   const bool overlap = overlapping(dm.S * dm.Q);
+  if (pairs_in_one_launch(dm)) {  // the same output as the two kernels below, one launch
+    launch_after(overlap, overlap ? pair_kernel<T, true> : pair_kernel<T, false>,
+                 dim3(row_heads), dim3(kChunk * dm.chunks), 0, stream,
+                 q, k_new, v_new, ctx.GetInput(3).GetTensorData<T>(),
+                 ctx.GetInput(4).GetTensorData<T>(), ctx.GetInput(5).GetTensorData<int64_t>(),
+                 ctx.GetInput(6).GetTensorData<bool>(), ctx.GetInput(7).GetTensorData<int64_t>(),
+                 dm, out.GetTensorMutableData<T>());
+    return launched();
+  }
+  const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
   launch_after(overlap, chunk_kernel_for<T>(dm.heads, overlap), dim3(blocks), dim3(kChunk), 0,
       stream,
       q, k_new, v_new, ctx.GetInput(3).GetTensorData<T>(), ctx.GetInput(4).GetTensorData<T>(),

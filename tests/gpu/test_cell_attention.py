@@ -80,6 +80,63 @@ def test_matches_reference(cell_library, dtype, tolerance, by_position, head_dim
                                atol=tolerance, rtol=tolerance)
 
 
+# steps CellAttention tiles one (row, head) pair a block: 2, 3 and 4 chunks of keys (pair_kernel,
+# one launch), and 5 (chunk_kernel and combine_kernel): (lengths, width, cells)
+PAIR_STEPS = [([100], 1, 256), ([0, 5, 200, 130], 3, 256), ([150], 16, 256), ([300], 1, 384),
+              ([40, 90], 1, 128), ([500], 1, 512)]
+
+
+def run_pair_steps(library, folder, dtype, head_dim: int, by_position: int) -> list:
+    """CellAttention on PAIR_STEPS' feeds (made from seed 3), saved in `folder`."""
+    rng = np.random.default_rng(3)
+    outs = []
+    for lengths, width, cells in PAIR_STEPS:
+        feeds = causal_step(rng, lengths, width, cells, dtype, head_dim=head_dim)
+        outs.append(run_op(library, feeds, by_position, head_dim))
+    np.savez(folder / "outs.npz", *outs)
+    return outs
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("by_position", [1, 0])
+def test_a_pair_a_block_in_one_launch_is_the_two_kernels_bit_for_bit(cell_library, tmp_path,
+                                                                   dtype, head_dim,
+                                                                   by_position):
+    """pair_kernel (each chunk's partials in shared memory, combined in the block) against
+    chunk_kernel + combine_kernel (CELLSPEC_CUDA_PAIR_KERNEL=0, read once per process: run in
+    a child process), on the same feeds: every output byte."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    outs = run_pair_steps(cell_library, tmp_path, dtype, head_dim, by_position)
+    (tmp_path / "apart").mkdir()
+    code = ("import sys, numpy as np; from pathlib import Path; "
+            "from tests.gpu.test_cell_attention import run_pair_steps; "
+            f"run_pair_steps({str(cell_library)!r}, Path({str(tmp_path / 'apart')!r}), "
+            f"np.{np.dtype(dtype).name}, {head_dim}, {by_position})")
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root,
+                   env={**os.environ, "CELLSPEC_CUDA_PAIR_KERNEL": "0"})
+    apart = np.load(tmp_path / "apart" / "outs.npz")
+    for i, out in enumerate(outs):
+        assert np.array_equal(out.view(np.uint8), apart[f"arr_{i}"].view(np.uint8)), PAIR_STEPS[i]
+        np.testing.assert_allclose(out.astype(np.float64),
+                                   reference_of(i, dtype, head_dim), atol=4e-3, rtol=4e-3)
+
+
+def reference_of(index: int, dtype, head_dim: int) -> np.ndarray:
+    """The numpy reference of PAIR_STEPS[index]'s feeds (made as run_pair_steps makes them)."""
+    rng = np.random.default_rng(3)
+    for i, (lengths, width, cells) in enumerate(PAIR_STEPS):
+        feeds = causal_step(rng, lengths, width, cells, dtype, head_dim=head_dim)
+        if i == index:
+            return reference(feeds, head_dim)
+    raise IndexError(index)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_a_row_is_the_same_alone_in_a_batch_and_in_a_larger_bucket(cell_library, dtype,
