@@ -63,7 +63,9 @@
 // or with by_position key positions[s, i] (the target's causal steps, where a row's new tokens sit
 // at positions after its cells). A block takes one chunk for a tile of a sequence's rows and a
 // group of heads (the launch's choice); each (row, head) pair is reduced in a fixed order that
-// does not depend on the tile, and chunks combine in index order, skipping empty ones. So a
+// does not depend on the tile, and chunks combine in index order, skipping empty ones (in
+// combine_kernel, or for steps tiled one pair a block over 2-4 chunks in pair_kernel, which does
+// both kernels' arithmetic in one launch). So a
 // token's output is the same bit for bit whichever batch it is in, however many cells the step
 // reads (a padded bucket adds masked keys only), and, with by_position, whether a key is still
 // new (a verify) or a cell already (a later step): speculation and batching cannot change it.
