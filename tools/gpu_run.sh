@@ -5,6 +5,8 @@
 #
 #   bash tools/gpu_run.sh ahead      # verify tokens before the drain, next block queued: A/B
 #   bash tools/gpu_run.sh timeline   # the device's busy and idle time in speculative rounds
+#   bash tools/gpu_run.sh pair       # CellAttention's pair_kernel against chunk + combine: op
+#                                    # tests, kernels, the real SmolLM2 in turn
 #   bash tools/gpu_run.sh top        # draft_block's tree choices as one TopLogSoftmax: tests, A/B
 #   bash tools/gpu_run.sh trees      # trees of proposals: GPU tests, real SmolLM2, flips
 #   bash tools/gpu_run.sh trees-sampled # the same greedy and at temperature 0.7, sampled speculating
@@ -1067,6 +1069,27 @@ for line in sys.stdin:
                                    'round_ms', 'host_probe_ms')}, calls)"
     done
     ;;
+  pair)  # CellAttention's pair_kernel (a short context's chunks combined in the same launch)
+         # against chunk_kernel + combine_kernel (CELLSPEC_CUDA_PAIR_KERNEL=0): the op tests (stop
+         # there when they fail), the kernels of shape A steps of 1 and 16 rows over CONTEXT (256)
+         # cells each timed alone, then the real SmolLM2 greedy at BATCHES (1) sessions, the two
+         # forms in turn ROUNDS (2) times (bench/NOTES.md, 2026-12-04, fifth sitting)
+    build_and_op_tests 1 3 || exit 5
+    for pk in 0 1; do
+      CELLSPEC_CUDA_PAIR_KERNEL=$pk CELLSPEC_CUDA_OVERLAP=0 CELLSPEC_CUDA_ATTENTION=cell \
+          python3 tools/gpu_bench.py kernels --shapes A --batches 1 --widths 1,16 \
+          --context "${CONTEXT:-256}" --steps 16 --out "$OUT/kernels-pair$pk" --work "$WORK" 2>&1 \
+          | grep -v "plugin EP" | grep "^{"
+    done
+    for round in $(seq "${ROUNDS:-2}"); do
+      for pk in 0 1; do
+        CELLSPEC_CUDA_PAIR_KERNEL=$pk CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py \
+            smollm2 --dtype float16 --draft "$SHIPPED" --batches "${BATCHES:-1}" --tokens 96 \
+            --out "$OUT/real-pair$pk-$round" --work "$WORK" 2>&1 | grep -v "plugin EP" \
+            | grep "^{" | cut -c1-400
+      done
+    done
+    ;;
   timeline)  # the device's own timeline of the real SmolLM2's speculative rounds (CUDA events
              # around every engine run, tools/cycle_timeline.py): busy and idle time per run
              # kind, with the cycle orders ORDERS (walk,verify,walk,verify) in turn (PROFILE=1: and a
@@ -1078,7 +1101,7 @@ for line in sys.stdin:
         | grep -v "plugin EP" | grep "^{"
     ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees|top|ahead|timeline" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees|top|ahead|timeline|pair" >&2
     exit 2
     ;;
 esac
