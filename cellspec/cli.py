@@ -59,9 +59,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.engines is None and args.compute_capabilities:
         raise UsageError("--compute-capabilities needs --engines tensorrt-rtx")
     if args.engines and args.quantize == "int4":  # refused before the export, not after it
-        raise UsageError("--engines tensorrt-rtx with --quantize int4: 4-bit weights need a "
-                         "TensorRT plugin, so int4 artifacts get no TensorRT engine (export "
-                         "float16 or float32 for engines)")
+        from cellspec.export.portable import INT4_NO_ENGINE
+
+        raise UsageError(f"--engines tensorrt-rtx with --quantize int4: {INT4_NO_ENGINE}")
     capabilities = list(args.compute_capabilities or ("sm80", "sm89"))
     if args.engines:
         from cellspec.export.tensorrt import check_compute_capabilities
@@ -83,12 +83,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from cellspec.llm import SamplingParams
+    from cellspec.llm import SamplingParams, check_not_empty
 
     prompts = args.prompts or [read_stdin_prompt()]
     for index, prompt in enumerate(prompts):  # before a first use's export, not after it
-        if not prompt.strip():
-            raise InvalidArgument(f"prompt {index}: empty (or only whitespace)")
+        check_not_empty(index, prompt)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, stop=tuple(args.stop), seed=args.seed)
     # One prompt gets one session with the whole cache; N prompts run min(N, 8) at once.

@@ -289,8 +289,8 @@ class LLM:
         per_prompt = _params_per_prompt(params, len(prompts))
         requests = []
         for index, (prompt, request_params) in enumerate(zip(prompts, per_prompt)):
-            if isinstance(prompt, str) and not prompt.strip():
-                raise InvalidArgument(f"prompt {index}: empty (or only whitespace)")
+            if isinstance(prompt, str):
+                check_not_empty(index, prompt)
             ids = self.tokenizer.encode(prompt, self.chat)
             if not ids:
                 raise InvalidArgument(f"prompt {index}: encodes to no tokens")
@@ -327,6 +327,13 @@ class LLM:
     def _make_scheduler(self, on_prefill: PrefillCallback | None = None) -> Scheduler:
         return Scheduler(self.executor, self.tokenizer.eos_token_ids, self.max_prefill_tokens,
                          on_prefill, self.chain_steps)
+
+
+def check_not_empty(index: int, prompt: str) -> None:
+    """Prompt `index` must hold more than whitespace (the command line checks it before a first
+    use's export, LLM when it makes the requests)."""
+    if not prompt.strip():
+        raise InvalidArgument(f"prompt {index}: empty (or only whitespace)")
 
 
 def _params_per_prompt(params: SamplingParams | Sequence[SamplingParams] | None,

@@ -61,7 +61,7 @@ def load_draft(path: str | Path, target: Hparams, ckpt: Checkpoint | None = None
     """Read a z-lab draft folder (`ckpt`: its checkpoint already opened) and check it against
     the target's hyper-parameters; raises InvalidCheckpoint naming the offending field or
     tensor."""
-    ckpt = ckpt or load_checkpoint(Path(path))
+    ckpt = load_checkpoint(Path(path)) if ckpt is None else ckpt
     spec = read_draft_spec(ckpt.config, target)
     tensors = _Unprefixed(ckpt.tensors)
     missing = [n for n in draft_tensor_shapes(spec) if n not in tensors]

@@ -23,6 +23,9 @@ from cellspec.export.graph import CONTRIB, GraphBuilder
 __all__ = ["rewrite_for_tensorrt"]
 
 INT4_OPS = ("MatMulNBits", "GatherBlockQuantized")
+# why an int4 artifact gets no engine (the node rewrite, and the command line before exporting)
+INT4_NO_ENGINE = ("4-bit weights need a TensorRT plugin; int4 artifacts get no TensorRT engine "
+                  "(export float16 or float32 for engines)")
 # Attention attributes the rewrite implements; any other with a non-default value is refused.
 _ATTENTION_ATTRIBUTES = {"q_num_heads", "kv_num_heads", "scale", "softmax_precision"}
 _ATTENTION_DEFAULTS = {"is_causal": 0, "qk_matmul_output_mode": 0, "softcap": 0.0}
@@ -63,9 +66,7 @@ def _rewrite_node(g: GraphBuilder, node: onnx.NodeProto) -> None:
     elif node.domain == CONTRIB and node.op_type == "SkipSimplifiedLayerNormalization":
         make_skip_rms_norm(g, node)
     elif node.domain == CONTRIB and node.op_type in INT4_OPS:
-        raise InvalidArgument(f"node {node.name!r} ({node.op_type}): 4-bit weights need a "
-                              f"TensorRT plugin; int4 artifacts get no TensorRT engine (export "
-                              f"float16 or float32 for engines)")
+        raise InvalidArgument(f"node {node.name!r} ({node.op_type}): {INT4_NO_ENGINE}")
     elif node.domain == CONTRIB:
         raise InvalidArgument(f"node {node.name!r} ({CONTRIB}.{node.op_type}): no standard-op "
                               f"form for TensorRT")
