@@ -4,8 +4,8 @@ before and after every engine run, so the device's own timeline comes back: how 
 kept the device busy (the verify, the drain behind it, the draft block) and how long the device
 sat idle before each, waiting for the host to queue it.
 
-    python tools/cycle_timeline.py --draft DRAFT [--prompts 8] [--tokens 96] [--orders walk,verify]
-        [--work DIR] [--out FILE]
+    python tools/cycle_timeline.py --draft DRAFT [--prompts 8] [--tokens 96] [--orders prefill,walk]
+        [--plain] [--work DIR] [--out FILE]
 
 Each run is bracketed on the stream by events recorded just before and after its
 `run_with_iobinding`, so a run's span is its kernels (its staging copies and the commit after
@@ -13,6 +13,14 @@ it fall in the gaps, a few microseconds each). A round is the span from one veri
 the next's; per round, the medians of: each kind of run's device time, the device's idle time
 before it (how long the host took to queue it after the device had finished what was queued
 before), and the round. Recording the events adds a few microseconds of host time a run.
+
+Each prompt (generated alone) is also bracketed by events recorded at `generate`'s call and
+after its return, so `prompts` gives where a request's time goes outside its rounds, as medians
+over the prompts: the whole request on the device's clock; the time before its first run (the
+host's tokenizing, opening and planning), the prefill's own time, the start (from the call to
+the first verify's start: prefill, draft context, first block and the gaps between), the
+rounds, and the end (from the last run's end to the return). `--plain` adds the same
+breakdown for plain decoding (its "start": the call to the first decode step's start).
 """
 
 from __future__ import annotations
@@ -64,13 +72,42 @@ def summarize(spans: list[tuple[str, float, float]]) -> dict:
             "idle_before_ms": {k: round(statistics.median(v), 4) for k, v in idle.items()}}
 
 
+def prompt_phases(prompts: list[list[tuple[str, float, float]]]) -> dict:
+    """Medians over prompts of where a request's time goes: each prompt's runs as (kind, start
+    ms, end ms) between a ("call", t, t) and a ("return", t, t) mark, in stream order."""
+    rows: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        rows.setdefault(key, []).append(value)
+
+    for spans in prompts:
+        (_, called, _), (_, returned, _) = spans[0], spans[-1]
+        runs = spans[1:-1]
+        if not runs:
+            continue
+        add("request_ms", returned - called)
+        add("before_first_run_ms", runs[0][1] - called)
+        add("prefill_busy_ms", runs[0][2] - runs[0][1])
+        steps = [i for i, span in enumerate(runs) if span[0] == "verify"] or [
+            i for i, span in enumerate(runs[1:], 1) if span[0] == "target"]
+        first = steps[0] if steps else len(runs) - 1
+        add("start_ms", runs[first][1] - called)
+        add("start_busy_ms", sum(end - begin for _, begin, end in runs[:first]))
+        add("after_last_run_ms", returned - max(end for _, _, end in runs))
+        add("busy_ms", sum(end - begin for _, begin, end in runs))
+        add("runs", len(runs))
+    return {key: round(statistics.median(values), 4) for key, values in rows.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draft", type=Path, required=True)
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=96)
-    parser.add_argument("--orders", default="walk,verify")
+    parser.add_argument("--orders", default="prefill,walk")
+    parser.add_argument("--plain", action="store_true", help="also plain decoding's per-prompt "
+                        "breakdown (speculation off), after the orders")
     parser.add_argument("--work", type=Path, default=Path("/tmp/cellspec-timeline"))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--profile", type=Path, help="also a cProfile of each order's timed "
@@ -103,9 +140,10 @@ def main() -> None:
         marks.append((self.path.name, None if tokens is None else int(tokens[-1]), start, end))
 
     results = []
-    for order in orders:
-        llm = LLM(folder, backend="ort-cuda", max_sessions=8)
-        set_cycle_order(llm.executor, order)
+    for order in orders + (["plain"] if args.plain else []):
+        llm = LLM(folder, backend="ort-cuda", max_sessions=8, speculation=order != "plain")
+        if order != "plain":
+            set_cycle_order(llm.executor, order)
         params = SamplingParams(max_tokens=args.tokens)
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
         device_engine.DeviceEngine._run = bracketed
@@ -114,7 +152,16 @@ def main() -> None:
         start = time.perf_counter()
         if profile:
             profile.enable()
-        tokens = sum(len(o.token_ids) for p in prompts for o in llm.generate([p], params))
+        stream = llm.executor.backend.device.stream
+        tokens = 0
+        for prompt in prompts:  # each request bracketed by events at its call and its return
+            called = llm.executor.backend.device.cuda.Event()
+            called.record(stream)
+            marks.append(("call", None, called, called))
+            tokens += sum(len(o.token_ids) for o in llm.generate([prompt], params))
+            returned = llm.executor.backend.device.cuda.Event()
+            returned.record(stream)
+            marks.append(("return", None, returned, returned))
         if profile:
             profile.disable()
         seconds = time.perf_counter() - start
@@ -128,10 +175,19 @@ def main() -> None:
         device_engine.DeviceEngine._run = original
         llm.executor.backend.device.synchronize()
         base = marks[0][2]
-        verify_width = llm.executor.tree_nodes + 1
-        spans = [(kind_of(name, width, verify_width), start.time_since(base),
-                  end.time_since(base)) for name, width, start, end in marks]
-        row = {"order": order, "tokens_per_s": tokens / seconds, **summarize(spans)}
+        verify_width = (llm.executor.tree_nodes + 1 if order != "plain" else -1)
+        spans = [(name if name in ("call", "return") else kind_of(name, width, verify_width),
+                  start.time_since(base), end.time_since(base))
+                 for name, width, start, end in marks]
+        per_prompt, current = [], []
+        for span in spans:
+            current.append(span)
+            if span[0] == "return":
+                per_prompt.append(current)
+                current = []
+        runs = [span for span in spans if span[0] not in ("call", "return")]
+        row = {"order": order, "tokens_per_s": tokens / seconds, **summarize(runs),
+               "prompts": prompt_phases(per_prompt)}
         print(json.dumps(row), flush=True)
         results.append(row)
         del llm

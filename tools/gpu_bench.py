@@ -646,8 +646,9 @@ def cycle_orders(args) -> list[str]:
 
 
 # what each --orders name turns on: (drawn_first, queue_ahead, verify_ahead, grow_on_device,
-# walk_on_device)
-CYCLE_ORDERS = {"walk": (True, True, True, True, True),
+# walk_on_device, queue_first_cycle)
+CYCLE_ORDERS = {"prefill": (True, True, True, True, True, True),
+                "walk": (True, True, True, True, True),
                 "verify": (True, True, True, True, False),
                 "host-trees": (True, True, True, False, False),
                 "new": (True, True, False, False, False),
@@ -657,8 +658,9 @@ CYCLE_ORDERS = {"walk": (True, True, True, True, True),
 
 
 def set_cycle_order(executor, order: str) -> None:
-    """One of --orders on a DFlash executor: "walk" (the default since 2026-12-04's third
-    sitting), as "verify" with the next draft block queued behind a verify grown on the
+    """One of --orders on a DFlash executor: "prefill" (the default since 2026-12-04's sixth
+    sitting), as "walk" with the first cycle queued at the prefill; "walk" (the default from
+    its third sitting), as "verify" with the next draft block queued behind a verify grown on the
     device before its verdict, its inputs walked on the device; "verify" (the second
     sitting's default), the next cycle's verify queued at the verdict with its draft block, a
     greedy one's trees grown on the device, the verify's tokens fetched before the drain
@@ -669,7 +671,9 @@ def set_cycle_order(executor, order: str) -> None:
     only; "old", none (as before 2026-12-04)."""
     if order not in CYCLE_ORDERS:
         raise SystemExit(f"cycle order {order!r}: expected one of {', '.join(CYCLE_ORDERS)}")
-    drawn_first, queue_ahead, verify_ahead, grow_on_device, walk_on_device = CYCLE_ORDERS[order]
+    drawn_first, queue_ahead, verify_ahead, grow_on_device, walk_on_device, *first = \
+        CYCLE_ORDERS[order]
+    executor.queue_first_cycle = bool(first)
     executor.backend.drawn_first = drawn_first
     executor.queue_ahead = queue_ahead
     executor.verify_ahead = verify_ahead
@@ -922,8 +926,9 @@ def main() -> None:
             "turn for every speculative setting: behind (as the verify runs) or first (at the "
             "next cycle's start, as before 2026-12-02), e.g. behind,first,behind,first")
     commands.choices["smollm2"].add_argument(
-        "--orders", default="walk", help="what a speculative cycle queues before it waits, "
-        "each in turn for every speculative setting: walk (the default: as verify, with the "
+        "--orders", default="prefill", help="what a speculative cycle queues before it waits, "
+        "each in turn for every speculative setting: prefill (the default: as walk, with the "
+        "first cycle queued at the prefill), walk (as verify, with the "
         "next draft block queued behind a verify grown on the device before its verdict, "
         "walked on the device), verify (the next draft block "
         "and the next verify queued at the verdict, a greedy verify's trees grown on the "

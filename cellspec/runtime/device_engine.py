@@ -5,6 +5,7 @@ page-locked memory such copies are queued from."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,18 +56,82 @@ class Staging:
         self.pending[self.turn] = True
 
 
-class _Session:
-    """An ONNX Runtime session, its IOBinding and the CUDA graphs it captured."""
+class _Binding:
+    """One IOBinding of a session and what it binds now."""
 
     def __init__(self, session) -> None:
-        self.session, self.binding, self.graph_ids = session, session.io_binding(), GraphIds()
-        self.inputs = {i.name for i in session.get_inputs()}
+        self.binding = session.io_binding()
         # (name, is_input) -> (shape, address, where) as bound now: a binding stays until it
         # changes, so a step rebinds only what moved (a pool or a buffer is bound once)
         self.bound: dict[tuple[str, bool], tuple] = {}
         self.pools_bound: dict[int, Pools] = {}  # pools bound as inputs (they never move)
         self.outputs_key: tuple | None = None  # (dims, wanted) of the outputs as bound now
         self.staged: tuple | None = None  # the layout its staged inputs are bound at now
+
+
+class _Session:
+    """An ONNX Runtime session, an IOBinding per layout of a static step's staged feeds (the
+    last MAX_BINDINGS used) and one shared by dynamic steps, and the CUDA graphs it captured.
+    A step binds on its layout's IOBinding (`select`), so static steps that alternate shapes (a
+    prompt's prefill, then decode steps or verifies; verifies of one and of two sessions) find
+    everything bound as their shape's last step left it, where one IOBinding rebound every
+    output (60-70 for SmolLM2) at each change of shape. Dynamic steps (a prompt's width, rarely
+    seen twice) share one, which keeps the pools bound and rebinds what their shape moves."""
+
+    MAX_BINDINGS = 32
+
+    def __init__(self, session) -> None:
+        self.session, self.graph_ids = session, GraphIds()
+        self.inputs = {i.name for i in session.get_inputs()}
+        self.bindings: OrderedDict[tuple, _Binding] = OrderedDict()  # static layouts
+        self.current = self.dynamic = _Binding(session)
+
+    def select(self, layout: tuple | None) -> None:
+        """Bind on `layout`'s IOBinding from now on (made at its first use; the least recently
+        used one dropped past MAX_BINDINGS), or for None (a dynamic step) on the shared one."""
+        if layout is None:
+            self.current = self.dynamic
+            return
+        current = self.bindings.get(layout)
+        if current is None:
+            if len(self.bindings) >= self.MAX_BINDINGS:
+                self.bindings.popitem(last=False)
+            current = self.bindings[layout] = _Binding(self.session)
+        else:
+            self.bindings.move_to_end(layout)
+        self.current = current
+
+    @property
+    def binding(self):
+        return self.current.binding
+
+    @property
+    def bound(self) -> dict[tuple[str, bool], tuple]:
+        return self.current.bound
+
+    @bound.setter
+    def bound(self, value: dict[tuple[str, bool], tuple]) -> None:
+        self.current.bound = value
+
+    @property
+    def pools_bound(self) -> dict[int, Pools]:
+        return self.current.pools_bound
+
+    @property
+    def outputs_key(self) -> tuple | None:
+        return self.current.outputs_key
+
+    @outputs_key.setter
+    def outputs_key(self, value: tuple | None) -> None:
+        self.current.outputs_key = value
+
+    @property
+    def staged(self) -> tuple | None:
+        return self.current.staged
+
+    @staged.setter
+    def staged(self, value: tuple | None) -> None:
+        self.current.staged = value
 
 
 class DeviceEngine(Engine):
@@ -114,9 +179,10 @@ class DeviceEngine(Engine):
     def graph_ids(self) -> GraphIds:
         return self.main.graph_ids
 
-    def stage(self, feeds: dict[str, np.ndarray]) -> dict[str, int]:
+    def stage(self, feeds: dict[str, np.ndarray], static: bool = True) -> dict[str, int]:
         """Choose the session for the step's shape, copy the host feeds it reads into their
-        buffers (async) and bind them; returns the dim values."""
+        buffers (async) and bind them (`static`: on the IOBinding of the feeds' layout, else on
+        the one dynamic steps share); returns the dim values."""
         key = tuple((name, array.shape, array.dtype.num) for name, array in feeds.items())
         dims = self.dims_memo.get(key)
         if dims is None:
@@ -127,6 +193,8 @@ class DeviceEngine(Engine):
         dims = dict(dims)  # the caller's to extend
         is_wide = dims.get("S", dims.get("O", 1)) > 1 and dims.get("Q", 1) > 1
         self.active = session = self.wide if is_wide and self.wide else self.main
+        layout = self.step_key = (key, session is self.wide)
+        session.select(layout if static else None)
         staged = {}
         for name, array in feeds.items():
             if name not in session.inputs:
@@ -139,14 +207,13 @@ class DeviceEngine(Engine):
                 self._bind(name, array.shape, self.host[name].ctypes.data, True, "cpu")
             else:
                 staged[name] = data
-        layout = self.step_key = (key, session is self.wide)
         offsets, end = self._layout(layout, staged)
         if staged:
             arena_host = self.staging.take()
             for name, data in staged.items():
                 arena_host[offsets[name]: offsets[name] + data.size] = data
             self.staging.upload(self.arena, end)
-        if session.staged != layout:  # else bound as the session's last step bound them
+        if session.staged != layout:  # else bound as this layout's last step bound them
             for name in staged:
                 self._bind(name, feeds[name].shape, self.arena.ptr + offsets[name],
                            is_input=True)
@@ -192,7 +259,7 @@ class DeviceEngine(Engine):
         computes anyway (a binding left from an earlier step of another shape would be
         refused); those already bound at that shape are left as they are. An output whose shape
         the step's dims do not give is left to ONNX Runtime (unbound if it was bound). A step
-        of the same dims and outputs as the session's last binds nothing."""
+        of the same dims and outputs as its layout's last (see _Session) binds nothing."""
         dims_key = tuple(sorted(dims.items()))
         session = self.active
         key = (dims_key, tuple(wanted))

@@ -157,6 +157,11 @@ class DFlashExecutor(Executor):
     # where they differ (False: both are queued after the host's walk, as in 2026-12-04's
     # second sitting; sampled sessions walk since its fourth)
     walk_on_device = True
+    # a plain step (a prompt's prefill) whose sessions would all speculate at the next call
+    # queues that call's first cycle as a verdict queues the next (`_queue_first_cycle`), so
+    # the first verify no longer waits for the host's return and a block run after it (False:
+    # the first cycle runs its own, as before 2026-12-04's sixth sitting)
+    queue_first_cycle = True
 
     def __init__(self, *args, draft: DraftModel | None = None,
                  proposer: Proposer | None = None, n_draft: int | None = None,
@@ -291,6 +296,8 @@ class DFlashExecutor(Executor):
             if fast:
                 for i, burst in zip(fast, self.speculate([batch[i] for i in fast])):
                     outputs[i] = Output(batch[i].sid, burst)
+            else:
+                self._queue_first_cycle(outputs)
         except Exception as error:  # the caches changed: whatever failed, the batch is poisoned
             raise self.poison([item.sid for item in batch], error) from error
         return outputs
@@ -312,6 +319,42 @@ class DFlashExecutor(Executor):
             return False
         fast = self._speculating([item for item in batch if item.sid in self.sessions])
         return not fast or (self.max_spec_batch is not None and len(fast) > self.max_spec_batch)
+
+    def _queue_first_cycle(self, outputs: list[Output | None]) -> None:
+        """After a plain step (a prompt's prefill, typically) whose every input gave a token, and
+        whose sessions would all speculate at the next call if it fed those tokens back: queue
+        that call's first tree cycle now, as a cycle's verdict queues the next one (the drain of
+        the step's taps, the draft block and, on a backend that `launches`, the verify,
+        uncommitted), so that the host's return to the caller and the next call run behind it
+        on the device. The next call finishes it where it is that call's cycle (`_verify_taken`),
+        else drops it (it changed nothing the caches hold). The text is the same either way."""
+        if not (self.queue_first_cycle and self.tree_nodes is not None
+                and self.queue_ahead and self.verify_ahead
+                and self.backend.launches and self.proposer is self.draft
+                and outputs and all(out is not None for out in outputs)):
+            return
+        following = [BatchInput(out.sid, (out.token,), self.cache.pos(out.sid))
+                     for out in outputs if out is not None]
+        fast = self._speculating(following)
+        if len(fast) != len(following) or (self.max_spec_batch is not None
+                                          and len(fast) > self.max_spec_batch):
+            return
+        requests = [ProposalRequest(item.sid, item.tokens[0], item.position)
+                    for item in following]
+        self._drain([r.sid for r in requests])
+        take = self.draft.queue_choices(requests, self.n_draft)
+        if take is None:
+            return
+        self._ahead = (requests, take)
+        self._launch_verify(requests, self._tree_size(len(requests)))
+
+    def _tree_size(self, owners: int) -> int:
+        """The nodes of each owner's tree in a cycle of `owners` (max_verify_rows)."""
+        nodes = self.tree_nodes
+        assert nodes is not None
+        if self.max_verify_rows is not None:
+            nodes = max(1, min(nodes, self.max_verify_rows // owners - 1))
+        return nodes
 
     def _speculating(self, batch: Sequence[BatchInput]) -> list[int]:
         """The indices of the inputs that may speculate (before max_spec_batch): a sampled one
@@ -369,9 +412,7 @@ class DFlashExecutor(Executor):
     def _speculate_tree(self, requests: list[ProposalRequest]) -> list[tuple[int, ...]]:
         """Each owner's tree of `tree_nodes` proposals (runtime/trees.py) verified in one
         target step; the accepted path is kept, the other rows leave the cache."""
-        nodes = self.tree_nodes
-        if self.max_verify_rows is not None:
-            nodes = max(1, min(nodes, self.max_verify_rows // len(requests) - 1))
+        nodes = self._tree_size(len(requests))
         # while the verify runs, every row of every tree goes into the draft cache as into
         # the target's: in row order, each keyed at its depth's position (draft_context is
         # row-wise, so a row's keys are what its position would give on the accepted path);

@@ -273,7 +273,7 @@ class OrtDeviceBackend(Backend):
         assert isinstance(engine, DeviceEngine)
         assert all(isinstance(p, DevicePools) for p in pools)
         clock = _Clock(self.timings)
-        dims = engine.stage(feeds)
+        dims = engine.stage(feeds, static)
         for p in pools:
             engine.bind_pools(p)
         if gather is not None:  # pool rows into the input's buffer, device to device

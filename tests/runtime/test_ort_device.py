@@ -8,7 +8,7 @@ import pytest
 
 from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArgument
-from cellspec.runtime import ort_device
+from cellspec.runtime import device_engine, ort_device
 from cellspec.runtime.bindings import GraphIds, evaluate, learn_dims, shape_of, step_dims
 from cellspec.runtime.device import HostDevice
 from cellspec.runtime.dflash import DFlashExecutor
@@ -283,8 +283,8 @@ def test_cuda_provider_keeps_float32_matmuls_in_float32():
 class CountingBinding:
     """An IOBinding that counts the binds made through it."""
 
-    def __init__(self, binding) -> None:
-        self.inner, self.binds = binding, []
+    def __init__(self, binding, binds: list[str] | None = None) -> None:
+        self.inner, self.binds = binding, [] if binds is None else binds
 
     def bind_input(self, name, *args):
         self.binds.append(name)
@@ -298,29 +298,59 @@ class CountingBinding:
         return getattr(self.inner, attribute)
 
 
-def test_a_step_binds_only_what_moved(tiny_artifact):
-    """Pools and buffers are bound once: a decode step of the shape of the one before rebinds
-    nothing (each bind is a host call; at 60 pools and 60 outputs they were a third of a
-    SmolLM2 step on the H200), and the tokens stay those of ort-cpu."""
+def test_a_step_binds_only_what_moved(tiny_artifact, monkeypatch):
+    """Pools and buffers are bound once per layout of a step's feeds: a decode step of the
+    shape of the one before rebinds nothing (each bind is a host call; at 60 pools and 60
+    outputs they were a third of a SmolLM2 step on the H200), nor does a step of a shape seen
+    before after one of another shape (each layout keeps its own IOBinding: a prefill, then
+    decode steps or verifies, rebound every output at each change), and the tokens stay those
+    of ort-cpu."""
+    binds: list[str] = []
+    made = device_engine._Binding.__init__
+
+    def counting(self, session):
+        made(self, session)
+        self.binding = CountingBinding(self.binding, binds)
+
+    monkeypatch.setattr(device_engine._Binding, "__init__", counting)
     cpu = Executor.load(tiny_artifact, max_sessions=4)
     texts = prompts(3, seed=5)
-    alone = [run_alone(cpu, p, GREEDY, seed=1, steps=5) for p in texts]
+    alone = [run_alone(cpu, p, GREEDY, seed=1, steps=6) for p in texts]
     bound = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 4), max_sessions=4)
     engine = bound.target.engine
-    counting = engine.main.binding = CountingBinding(engine.main.binding)
     sids, firsts = prefill(bound, texts, GREEDY, [1] * len(texts))
-    produced = [[token] for token in firsts]
-    binds = [list(counting.binds)]  # the prefill
-    for _ in range(4):
-        counting.binds.clear()
-        for tokens, (token,) in zip(produced, decode(bound, sids, [p[-1] for p in produced], 1)):
-            tokens.append(token)
-        binds.append(list(counting.binds))
-    assert produced == alone
+    produced = {sid: [token] for sid, token in zip(sids, firsts)}
+    steps = [list(binds)]  # the prefill
+    for live in [sids] * 3 + [sids[:1], sids]:  # the last: a shape seen before the one before
+        binds.clear()
+        for sid, (token,) in zip(live, decode(bound, live, [produced[s][-1] for s in live], 1)):
+            produced[sid].append(token)
+        steps.append(list(binds))
+    assert [produced[sid] for sid in sids] == [a[:len(produced[sid])]
+                                               for sid, a in zip(sids, alone)]
+    assert len(produced[sids[0]]) == 6 and len(produced[sids[1]]) == 5
     pools = {n for n in engine.inputs if n.startswith(("k_pool.", "v_pool."))}
-    assert pools and pools <= set(binds[0])  # bound at the first run, and never again
-    assert binds[1] and not pools & set(binds[1])  # the first decode step: a new shape
-    assert binds[2:] == [[], [], []]  # the same shape (4 rows, 64 cells): nothing rebound
+    assert pools and pools <= set(steps[0])  # bound at the first run of a layout only
+    assert steps[1] and pools <= set(steps[1])  # the first decode step: a new layout
+    # the same shape (4 rows, 64 cells); one row (a layout the prefill's last piece made); 4
+    # rows again: each bound as its layout's last step left it
+    assert steps[2:] == [[], [], [], []]
+    tokens = [dict((name, shape) for name, shape, _ in layout[0])["tokens"]
+              for layout in engine.main.bindings]  # static layouts: one IOBinding each
+    assert tokens.index((1, 1)) < tokens.index((4, 1)) == len(tokens) - 1
+    # prompts wider than the widest static width (8) run dynamic steps, which share one
+    # IOBinding: a width not seen before rebinds its inputs and outputs, never the pools
+    layouts = list(engine.main.bindings)
+    for width in (12, 14):
+        prompt = (list(texts[0]) * 4)[:width]
+        sid = bound.open_session()
+        bound.set_sampling(sid, GREEDY, 1)
+        binds.clear()
+        first = bound.execute([BatchInput(sid, tuple(prompt), 0)])[0].token
+        assert binds and not pools & set(binds), width
+        assert first == run_alone(cpu, prompt, GREEDY, seed=1, steps=1)[0]
+        bound.close_session(sid)
+    assert list(engine.main.bindings) == layouts
 
 
 def test_a_step_copies_its_inputs_to_the_device_in_one_call(tiny_artifact):

@@ -440,9 +440,9 @@ def queued_tree_backend(artifact):
 def test_trees_narrowed_by_max_verify_rows_walk_on_the_device_and_equal_plain(dflash_artifact,
                                                                                make):
     """With max_verify_rows (as LLM sets it on ort-cuda with trees), a cycle of 3 sessions
-    verifies trees of 10 // 3 - 1 = 2 nodes each; greedy, each cycle after the first queues the
-    next block and verify before its verdict (walked on the device), and the text is plain
-    decoding's."""
+    verifies trees of 10 // 3 - 1 = 2 nodes each; greedy, the prefill queues the first cycle's
+    block and verify, each cycle the next block and verify before its verdict (walked on the
+    device), and the text is plain decoding's."""
     plain = plain_on_tree_backend(dflash_artifact)
     texts = prompts(3, seed=23)
     expected = [run_alone(plain, p, GREEDY, seed=7 + i, steps=24) for i, p in enumerate(texts)]
@@ -453,7 +453,7 @@ def test_trees_narrowed_by_max_verify_rows_walk_on_the_device_and_equal_plain(df
         spec.set_sampling(sid, GREEDY, 7 + i)
     assert spec_decode(spec, sids, texts, 20) == [e[:20] for e in expected]
     assert spec.stats.proposed == 2 * spec.stats.cycles > 0
-    assert spec.stats.walked == spec.stats.grown == spec.stats.rounds - 1 > 0
+    assert spec.stats.walked == spec.stats.grown == spec.stats.rounds > 0
 
 
 def open_prefilled(spec, texts, sampling):
@@ -604,21 +604,23 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
     # before its verdict
     assert walked[default] == grown[default]
     assert walked[host_walk] == walked[host_trees] == walked[own] == 0
-    # not taken: the first cycle, the changes, and with several sessions the cycle of fewer
-    # and the one after it (queued for fewer). A rewind leaves no pending token: alone, the
-    # session's next cycle is a plain step (None) and the one after runs its own verify;
-    # with others, its plain step and their cycle share a call
+    # not taken: the changes, and with several sessions the cycle of fewer and the one after
+    # it (queued for fewer). The first cycle takes the verify its prefill queued. A rewind
+    # leaves no pending token: alone, the session's next cycle is a plain step (None), which
+    # queues the cycle after it, as a prefill does; with others, its plain step and their
+    # cycle share a call, which queues nothing for the next
     if count == 1:
-        unmatched, plain_steps = {0, 3, 6, 9}, [5]
+        unmatched, plain_steps = {3, 9}, [5]
     else:
-        unmatched, plain_steps = {0, 3, 5, 6, 7, 8, 9}, []
+        unmatched, plain_steps = {3, 5, 6, 7, 8, 9}, []
     assert [i for i, t in enumerate(taken) if t is False] == sorted(unmatched)
     assert [i for i, t in enumerate(taken) if t is None] == plain_steps
     assert set(own_taken[:5]) == {False}
     # a cycle that takes the queued verify runs the target once (the next cycle's verify),
-    # one that does not runs it twice (its own, then the next one's), a plain step once more
+    # one that does not runs it twice (its own, then the next one's), a plain step once more;
+    # a plain step alone runs it twice (its own, then the next cycle's verify)
     mixed = 5 if count > 1 else None  # the cycle with a plain step beside it
-    assert runs == [1 if t is None else (1 if t else 2) + (i == mixed)
+    assert runs == [2 if t is None else (1 if t else 2) + (i == mixed)
                     for i, t in enumerate(taken)]
     assert own_runs == [1 + (i == mixed) for i in range(len(own_runs))]
     # before the switch of cycle 9, the text is plain decoding's
@@ -626,6 +628,71 @@ def test_the_next_verify_is_queued_at_the_verdict(dflash_artifact, sampling, cou
     assert min(switched) >= 8
     assert [t[:n] for t, n in zip(tokens, switched)] == [e[:n] for e, n in zip(expected, switched)]
     assert tokens[0][switched[0]:] != expected[0][switched[0]:30]  # the switch shows
+
+
+@pytest.mark.parametrize("make", [tree_backend, queued_tree_backend], ids=["host", "queued"])
+def test_a_prefill_queues_the_first_cycle(dflash_artifact, make):
+    """A plain step whose every session gave a token and would speculate at the next call (a
+    prefill) queues that call's cycle: the drain of its taps, the draft block and the verify,
+    uncommitted. The first cycle takes that verify (one target run in its call); a next call of
+    other sessions drops it and runs its own. Nothing is queued after a prompt chunk without an
+    output, for a session that may not speculate, or for more sessions than max_spec_batch.
+    The text is plain decoding's either way."""
+    plain = plain_on_tree_backend(dflash_artifact)
+    texts = prompts(2, seed=31)
+    expected = [run_alone(plain, p, GREEDY, seed=5 + i, steps=16) for i, p in enumerate(texts)]
+
+    def executor(**options):
+        return DFlashExecutor.load(dflash_artifact, backend=make(dflash_artifact),
+                                   max_sessions=4, tree_nodes=7, **options)
+
+    def cycles(spec, sids, history, until):
+        taken, runs, take = [], [], spec._verify_taken
+
+        def recording(requests, nodes):
+            got = take(requests, nodes)
+            taken.append(got is not None)
+            return got
+
+        spec._verify_taken = recording
+        while min(len(history[s]) for s in sids) < until:
+            before = spec.target.engine.runs
+            for out in spec.execute([BatchInput(s, (history[s][-1],), spec.pos(s))
+                                     for s in sids]):
+                history[out.sid] += out.tokens
+            runs.append(spec.target.engine.runs - before)
+        return taken, runs
+
+    spec = executor()
+    sids, history = open_prefilled(spec, texts, GREEDY)
+    queued = spec._ahead_verify
+    assert queued is not None and queued.requests == [
+        ProposalRequest(s, history[s][0], spec.pos(s)) for s in sids]
+    taken, runs = cycles(spec, sids, history, 16)
+    assert taken[0] and runs[0] == 1  # the prefill's verify, then the next cycle's queued
+    assert [history[s][:16] for s in sids] == [e[:16] for e in expected]
+
+    spec = executor()  # the next call is of one session: the queued verify is dropped
+    sids, history = open_prefilled(spec, texts, GREEDY)
+    taken, runs = cycles(spec, sids[:1], history, 16)
+    assert not taken[0] and runs[0] == 2  # its own verify, then the next cycle's
+    assert history[sids[0]][:16] == expected[0][:16]
+
+    spec = executor()  # a prompt in two chunks: the first gives no token
+    sid = spec.open_session()
+    spec.set_sampling(sid, GREEDY, 5)
+    head, tail = texts[0][:3], texts[0][3:]
+    assert spec.execute([BatchInput(sid, tuple(head), 0, produce_output=False)]) == [None]
+    assert spec._ahead_verify is None and spec._ahead is None
+    out = spec.execute([BatchInput(sid, tuple(tail), len(head))])[0]
+    assert spec._ahead_verify is not None and out.token == expected[0][0]
+
+    spec = executor(speculate_sampled=False)  # a sampled session steps plainly: none
+    open_prefilled(spec, texts[:1], SAMPLED)
+    assert spec._ahead_verify is None and spec._ahead is None
+    spec = executor(max_spec_batch=1)  # two sessions over the limit: none
+    open_prefilled(spec, texts, GREEDY)
+    assert spec._ahead_verify is None and spec._ahead is None
 
 
 def test_a_pool_without_room_for_the_next_verify_queues_it_after_the_walk(dflash_artifact,

@@ -41,3 +41,27 @@ def test_cycle_timeline_splits_rounds_into_busy_and_idle_time():
             [("draft_block.onnx", 16), ("draft_context.onnx", 16), ("target.onnx", 16),
              ("target.onnx", 37), ("target.onnx", None)]] == \
         ["block", "drain", "verify", "target", "target"]
+
+
+def test_cycle_timeline_splits_each_request_into_start_rounds_and_end():
+    """tools/cycle_timeline.py's per-prompt breakdown: a request's runs between its call and
+    return marks; the time before its first run, the prefill, the start up to the first verify
+    (or for plain decoding the first decode step) and the device's busy time in it, the time
+    after the last run; medians over the prompts."""
+    from tools.cycle_timeline import prompt_phases
+
+    speculative = [("call", 0.0, 0.0), ("target", 0.5, 2.5), ("drain", 2.6, 2.8),
+                   ("block", 3.0, 3.2), ("verify", 3.5, 4.5), ("drain", 4.5, 4.6),
+                   ("block", 4.6, 4.7), ("verify", 4.8, 5.8), ("return", 6.3, 6.3)]
+    slower = [("call", 10.0, 10.0), ("target", 11.0, 13.0), ("drain", 13.0, 13.2),
+              ("block", 13.2, 13.4), ("verify", 13.4, 14.4), ("return", 15.4, 15.4)]
+    phases = prompt_phases([speculative, slower, [("call", 20.0, 20.0), ("return", 20.1, 20.1)]])
+    assert phases == pytest.approx({
+        "request_ms": 5.85, "before_first_run_ms": 0.75, "prefill_busy_ms": 2.0,
+        "start_ms": 3.45, "start_busy_ms": 2.4, "after_last_run_ms": 0.75, "busy_ms": 4.0,
+        "runs": 5.5})
+    plain = [("call", 0.0, 0.0), ("target", 0.2, 2.2), ("target", 2.4, 3.2),
+             ("target", 3.2, 4.0), ("return", 4.5, 4.5)]
+    assert prompt_phases([plain]) == pytest.approx({
+        "request_ms": 4.5, "before_first_run_ms": 0.2, "prefill_busy_ms": 2.0, "start_ms": 2.4,
+        "start_busy_ms": 2.0, "after_last_run_ms": 0.5, "busy_ms": 3.6, "runs": 3})
