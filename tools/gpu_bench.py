@@ -710,7 +710,9 @@ def profile_cycles(executor, batch: int, args, path: Path) -> None:
 def cmd_smollm2(args) -> None:
     """The real SmolLM2 (float16 from the GGUF) with a draft: tokens/s plain and speculative
     on --prompts held-out prompts, greedy (or --temperature / --top-p, seeded: the same
-    tokens either way), batch 1 (one prompt at a time) and 8."""
+    tokens either way), batch 1 (one prompt at a time) and 8. `tokens_per_s` counts whole
+    `generate` calls; `decode_tokens_per_s` the tokens after each call's first ones over the
+    time after them, and `first_token_ms` the median time to them."""
     from cellspec.llm import LLM, SamplingParams
 
     if args.whole_sums:  # benchmark only: the rewrite finds no top-p rule to stop at
@@ -765,10 +767,22 @@ def cmd_smollm2(args) -> None:
             host_ms = host_probe_ms()
             rounds_before = (stats.rounds, stats.seconds.get("round", 0.0)) if stats else (0, 0)
             tokens, seconds, answers = 0, 0.0, []
+            # each call's time to its prompts' first tokens (the step that prefills the last
+            # prompt token draws them), and the decoding after it
+            first_tokens, decoding, prefilled = [], 0.0, []
+
+            def on_prefill(done: int, total: int, prefilled=prefilled) -> None:
+                if done == total:
+                    prefilled.append(time.perf_counter())
+
             for first in range(0, len(prompts), batch):
+                prefilled.clear()
                 start = time.perf_counter()
-                outs = llm.generate(prompts[first:first + batch], params)
-                seconds += time.perf_counter() - start
+                outs = llm.generate(prompts[first:first + batch], params, on_prefill=on_prefill)
+                end = time.perf_counter()
+                seconds += end - start
+                first_tokens.append(prefilled[-1] - start)
+                decoding += end - prefilled[-1]
                 tokens += sum(len(o.token_ids) for o in outs)
                 answers += [list(o.token_ids) for o in outs]
             cycles, accepted = ((stats.cycles - before[0], stats.accepted - before[1]) if stats
@@ -785,6 +799,9 @@ def cmd_smollm2(args) -> None:
                              llm.executor, "speculate_sampled", None),
                          "prompts": len(prompts), "tokens": tokens,
                          "tokens_per_s": tokens / seconds,
+                         # after each call's first tokens: decoding alone, as peers report it
+                         "decode_tokens_per_s": (tokens - len(prompts)) / decoding,
+                         "first_token_ms": 1e3 * statistics.median(first_tokens),
                          "tau": (accepted + cycles) / cycles if cycles else None,
                          "ms_per_call": methods_since(llm.executor, calls_before),
                          "host_probe_ms": host_ms})

@@ -1092,12 +1092,13 @@ for line in sys.stdin:
     ;;
   timeline)  # the device's own timeline of the real SmolLM2's speculative rounds (CUDA events
              # around every engine run, tools/cycle_timeline.py): busy and idle time per run
-             # kind, with the cycle orders ORDERS (prefill,walk,prefill,walk) in turn (PROFILE=1: and a
-             # cProfile of each, profile-ORDER-K.txt)
+             # kind, and where each request's time goes outside its rounds, with the cycle orders
+             # ORDERS (prefill,walk,prefill,walk) in turn (PLAIN=1: and plain decoding's requests;
+             # PROFILE=1: and a cProfile of each, profile-ORDER-K.txt)
     python3 -m cellspec.plugins.build > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 4; }
     python3 tools/cycle_timeline.py --draft "$SHIPPED" --prompts "${PROMPTS:-8}" \
         --orders "${ORDERS:-prefill,walk,prefill,walk}" --work "$WORK" --out "$OUT/timeline.json" \
-        ${PROFILE:+--profile "$OUT/profile"} 2>&1 \
+        ${PLAIN:+--plain} ${PROFILE:+--profile "$OUT/profile"} 2>&1 \
         | grep -v "plugin EP" | grep "^{"
     ;;
   *)
