@@ -353,6 +353,43 @@ def test_a_step_binds_only_what_moved(tiny_artifact, monkeypatch):
     assert list(engine.main.bindings) == layouts
 
 
+@pytest.mark.parametrize("kept", [2, 3])
+def test_a_layout_whose_binding_was_dropped_binds_everything_again(tiny_artifact,
+                                                                     monkeypatch, kept):
+    """Past MAX_BINDINGS static layouts the least recently used IOBinding is dropped; a later
+    step of that layout makes a new one and binds its pools, inputs and outputs again. Steps
+    cycling through three layouts: with two kept, every step rebinds the pools; with three,
+    none after the first round. Either way the tokens are ort-cpu's."""
+    binds: list[str] = []
+    made = device_engine._Binding.__init__
+
+    def counting(self, session):
+        made(self, session)
+        self.binding = CountingBinding(self.binding, binds)
+
+    monkeypatch.setattr(device_engine._Binding, "__init__", counting)
+    monkeypatch.setattr(device_engine._Session, "MAX_BINDINGS", kept)
+    cpu = Executor.load(tiny_artifact, max_sessions=4)
+    texts = prompts(3, seed=9)
+    alone = [run_alone(cpu, p, GREEDY, seed=1, steps=10) for p in texts]
+    bound = Executor.load(tiny_artifact, backend=host_backend(tiny_artifact, 4), max_sessions=4)
+    engine = bound.target.engine
+    sids, firsts = prefill(bound, texts, GREEDY, [1] * len(texts))
+    produced = {sid: [token] for sid, token in zip(sids, firsts)}
+    pools = {n for n in engine.inputs if n.startswith(("k_pool.", "v_pool."))}
+    rebound = []
+    for live in [sids, sids[:2], sids[:1]] * 3:  # rows 4, 2 and 1: three layouts
+        binds.clear()
+        for sid, (token,) in zip(live, decode(bound, live, [produced[s][-1] for s in live], 1)):
+            produced[sid].append(token)
+        assert len(engine.main.bindings) <= kept
+        rebound.append(pools <= set(binds))
+    assert rebound[3:] == [kept == 2] * 6
+    assert [produced[sid] for sid in sids] == [a[:len(produced[sid])]
+                                               for sid, a in zip(sids, alone)]
+    assert [len(produced[sid]) for sid in sids] == [10, 7, 4]
+
+
 def test_a_step_copies_its_inputs_to_the_device_in_one_call(tiny_artifact):
     """The host inputs of a step (tokens, positions, cell table, mask, rows) are packed into one
     arena: one upload for them and one for the cells the commit writes, at every step. Each
