@@ -30,7 +30,9 @@ their ancestors, the accepted path kept. Only where the backend verifies a tree 
 decoding rounds (`Backend.exact_trees`: ort-cuda with CellAttention). At its verdict a tree
 cycle queues the next cycle's draft block (`queue_ahead`) and, where the backend `launches`,
 the next cycle's verify too (`verify_ahead`), uncommitted: the next cycle finishes it where
-nothing changed in between, else drops it (it changed nothing the caches hold).
+nothing changed in between, else drops it (it changed nothing the caches hold). A plain step (a
+prompt's prefill) whose sessions would all speculate at the next call queues their first cycle
+the same way (`queue_first_cycle`).
 
 `speculate_sampled=False`: sessions that draw with a temperature always take plain steps (their
 verify's sampler costs more than their acceptance saves on some backends); greedy ones in the
