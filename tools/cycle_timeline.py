@@ -19,7 +19,9 @@ after its return, so `prompts` gives where a request's time goes outside its rou
 over the prompts: the whole request on the device's clock; the time before its first run (the
 host's tokenizing, opening and planning), the prefill's own time, the start (from the call to
 the first verify's start: prefill, draft context, first block and the gaps between), the
-rounds, and the end (from the last run's end to the return). `--plain` adds the same
+rounds, the end (from the last run's end to the return), and in the start the device's idle
+time before each kind of run after the prefill (`start_idle_before_KIND_ms`: the prompt's drain,
+the first block, the first verify). `--plain` adds the same
 breakdown for plain decoding (its "start": the call to the first decode step's start).
 """
 
@@ -93,6 +95,11 @@ def prompt_phases(prompts: list[list[tuple[str, float, float]]]) -> dict:
         first = steps[0] if steps else len(runs) - 1
         add("start_ms", runs[first][1] - called)
         add("start_busy_ms", sum(end - begin for _, begin, end in runs[:first]))
+        seen = set()  # the device's idle time before each kind's first run after the prefill
+        for (_, _, previous_end), (kind, begin, _) in zip(runs[:first], runs[1:first + 1]):
+            if kind not in seen:
+                seen.add(kind)
+                add(f"start_idle_before_{kind}_ms", max(0.0, begin - previous_end))
         add("after_last_run_ms", returned - max(end for _, _, end in runs))
         add("busy_ms", sum(end - begin for _, begin, end in runs))
         add("runs", len(runs))

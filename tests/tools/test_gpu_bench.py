@@ -59,9 +59,11 @@ def test_cycle_timeline_splits_each_request_into_start_rounds_and_end():
     assert phases == pytest.approx({
         "request_ms": 5.85, "before_first_run_ms": 0.75, "prefill_busy_ms": 2.0,
         "start_ms": 3.45, "start_busy_ms": 2.4, "after_last_run_ms": 0.75, "busy_ms": 4.0,
-        "runs": 5.5})
+        "runs": 5.5, "start_idle_before_drain_ms": 0.05, "start_idle_before_block_ms": 0.1,
+        "start_idle_before_verify_ms": 0.15})
     plain = [("call", 0.0, 0.0), ("target", 0.2, 2.2), ("target", 2.4, 3.2),
              ("target", 3.2, 4.0), ("return", 4.5, 4.5)]
     assert prompt_phases([plain]) == pytest.approx({
         "request_ms": 4.5, "before_first_run_ms": 0.2, "prefill_busy_ms": 2.0, "start_ms": 2.4,
-        "start_busy_ms": 2.0, "after_last_run_ms": 0.5, "busy_ms": 3.6, "runs": 3})
+        "start_busy_ms": 2.0, "after_last_run_ms": 0.5, "busy_ms": 3.6, "runs": 3,
+        "start_idle_before_target_ms": 0.2})
