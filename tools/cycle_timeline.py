@@ -159,15 +159,15 @@ def main() -> None:
         start = time.perf_counter()
         if profile:
             profile.enable()
-        stream = llm.executor.backend.device.stream
+        device = llm.executor.backend.device
         tokens = 0
         for prompt in prompts:  # each request bracketed by events at its call and its return
-            called = llm.executor.backend.device.cuda.Event()
-            called.record(stream)
+            called = device.cuda.Event()
+            called.record(device.stream)
             marks.append(("call", None, called, called))
             tokens += sum(len(o.token_ids) for o in llm.generate([prompt], params))
-            returned = llm.executor.backend.device.cuda.Event()
-            returned.record(stream)
+            returned = device.cuda.Event()
+            returned.record(device.stream)
             marks.append(("return", None, returned, returned))
         if profile:
             profile.disable()

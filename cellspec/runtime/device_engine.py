@@ -101,38 +101,6 @@ class _Session:
             self.bindings.move_to_end(layout)
         self.current = current
 
-    @property
-    def binding(self):
-        return self.current.binding
-
-    @property
-    def bound(self) -> dict[tuple[str, bool], tuple]:
-        return self.current.bound
-
-    @bound.setter
-    def bound(self, value: dict[tuple[str, bool], tuple]) -> None:
-        self.current.bound = value
-
-    @property
-    def pools_bound(self) -> dict[int, Pools]:
-        return self.current.pools_bound
-
-    @property
-    def outputs_key(self) -> tuple | None:
-        return self.current.outputs_key
-
-    @outputs_key.setter
-    def outputs_key(self, value: tuple | None) -> None:
-        self.current.outputs_key = value
-
-    @property
-    def staged(self) -> tuple | None:
-        return self.current.staged
-
-    @staged.setter
-    def staged(self, value: tuple | None) -> None:
-        self.current.staged = value
-
 
 class DeviceEngine(Engine):
     """One graph on IOBinding sessions: a buffer per input and output at its largest shape
@@ -195,6 +163,7 @@ class DeviceEngine(Engine):
         self.active = session = self.wide if is_wide and self.wide else self.main
         layout = self.step_key = (key, session is self.wide)
         session.select(layout if static else None)
+        current = session.current
         staged = {}
         for name, array in feeds.items():
             if name not in session.inputs:
@@ -213,11 +182,11 @@ class DeviceEngine(Engine):
             for name, data in staged.items():
                 arena_host[offsets[name]: offsets[name] + data.size] = data
             self.staging.upload(self.arena, end)
-        if session.staged != layout:  # else bound as this layout's last step bound them
+        if current.staged != layout:  # else bound as this layout's last step bound them
             for name in staged:
                 self._bind(name, feeds[name].shape, self.arena.ptr + offsets[name],
                            is_input=True)
-            session.staged = layout
+            current.staged = layout
         return dims
 
     def _layout(self, key: tuple, staged: dict[str, np.ndarray]) -> tuple[dict[str, int], int]:
@@ -241,14 +210,14 @@ class DeviceEngine(Engine):
         return self.buffers[name]
 
     def bind_pools(self, pools: DevicePools) -> None:
-        """Bind the pools this graph reads, once per session (a pool never moves)."""
-        session = self.active
-        if id(pools) in session.pools_bound:
+        """Bind the pools this graph reads, once per IOBinding (a pool never moves)."""
+        current = self.active.current
+        if id(pools) in current.pools_bound:
             return
         for name in pools.names:
             if name in self.inputs:
                 self.bind_external(name, pools.shape, pools.buffers[name].ptr)
-        session.pools_bound[id(pools)] = pools  # held: its id stays its own
+        current.pools_bound[id(pools)] = pools  # held: its id stays its own
 
     def bind_external(self, name: str, shape: Sequence[int], ptr: int) -> None:
         """Bind an input to memory this engine does not own (a pool, another's output)."""
@@ -261,20 +230,20 @@ class DeviceEngine(Engine):
         the step's dims do not give is left to ONNX Runtime (unbound if it was bound). A step
         of the same dims and outputs as its layout's last (see _Session) binds nothing."""
         dims_key = tuple(sorted(dims.items()))
-        session = self.active
+        current = self.active.current
         key = (dims_key, tuple(wanted))
-        if session.outputs_key == key:
+        if current.outputs_key == key:
             return
         shapes, unknown = self._output_shapes(dims, dims_key)
         missing = [name for name in unknown if name in wanted]
         if missing:
             shape_of(self.outputs[missing[0]].shape, dims)  # raises, naming the dim
-        if any((name, False) in session.bound for name in unknown):  # no unbind for one name
-            session.binding.clear_binding_outputs()
-            session.bound = {k: v for k, v in session.bound.items() if k[1]}
+        if any((name, False) in current.bound for name in unknown):  # no unbind for one name
+            current.binding.clear_binding_outputs()
+            current.bound = {k: v for k, v in current.bound.items() if k[1]}
         for name, shape in shapes.items():
             self._bind(name, shape, self.buffers[name].ptr, is_input=False)
-        session.outputs_key = key
+        current.outputs_key = key
 
     def _output_shapes(self, dims: dict[str, int], key: tuple
                        ) -> tuple[dict[str, tuple], list[str]]:
@@ -324,14 +293,14 @@ class DeviceEngine(Engine):
 
     def _run(self, session: _Session, options) -> None:
         try:
-            session.session.run_with_iobinding(session.binding, options)
+            session.session.run_with_iobinding(session.current.binding, options)
         except Exception as error:  # the engine call failed: the caller poisons the batch
             raise ExecutionFailed(f"{self.path.name}: ONNX Runtime run failed: {error}") \
                 from error
 
     def input_address(self, name: str) -> int:
         """Where input `name` is bound now (after `stage`)."""
-        return self.active.bound[(name, True)][1]
+        return self.active.current.bound[(name, True)][1]
 
     def fetch(self, name: str, dims: dict[str, int], dtype=None) -> np.ndarray:
         """An output, copied to the host at the step's shape."""
@@ -343,15 +312,14 @@ class DeviceEngine(Engine):
     def _bind(self, name: str, shape, ptr: int, is_input: bool, where: str | None = None
               ) -> None:
         where = where or self.device.ort_device
-        bound = (tuple(shape), ptr, where)
-        if self.active.bound.get((name, is_input)) == bound:
+        bound, current = (tuple(shape), ptr, where), self.active.current
+        if current.bound.get((name, is_input)) == bound:
             return
         spec = self.inputs[name] if is_input else self.outputs[name]
         element = _BF16 if spec.dtype is None else spec.dtype
-        binding = self.active.binding
-        bind = binding.bind_input if is_input else binding.bind_output
+        bind = current.binding.bind_input if is_input else current.binding.bind_output
         bind(name, where, 0, element, list(shape), ptr)
-        self.active.bound[(name, is_input)] = bound
+        current.bound[(name, is_input)] = bound
 
 
 def _aligned(nbytes: int, to: int = 256) -> int:

@@ -286,7 +286,7 @@ class DFlashExecutor(Executor):
         none), the rest take a plain step."""
         batch = self.validate(batch)
         fast = self._speculating(batch)
-        if self.max_spec_batch is not None and len(fast) > self.max_spec_batch:
+        if self._over_spec_batch(len(fast)):
             fast = []
             self.stats.plain_over_limit += 1
         plain = [i for i in range(len(batch)) if i not in fast]
@@ -320,7 +320,12 @@ class DFlashExecutor(Executor):
         if not self.backend.runs_ahead:
             return False
         fast = self._speculating([item for item in batch if item.sid in self.sessions])
-        return not fast or (self.max_spec_batch is not None and len(fast) > self.max_spec_batch)
+        return not fast or self._over_spec_batch(len(fast))
+
+    def _over_spec_batch(self, count: int) -> bool:
+        """Whether `count` sessions that could speculate are more than one step speculates for
+        (max_spec_batch: they all step plainly instead)."""
+        return self.max_spec_batch is not None and count > self.max_spec_batch
 
     def _queue_first_cycle(self, outputs: list[Output | None]) -> None:
         """After a plain step (a prompt's prefill, typically) whose every input gave a token, and
@@ -338,8 +343,7 @@ class DFlashExecutor(Executor):
         following = [BatchInput(out.sid, (out.token,), self.cache.pos(out.sid))
                      for out in outputs if out is not None]
         fast = self._speculating(following)
-        if len(fast) != len(following) or (self.max_spec_batch is not None
-                                          and len(fast) > self.max_spec_batch):
+        if len(fast) != len(following) or self._over_spec_batch(len(fast)):
             return
         requests = [ProposalRequest(item.sid, item.tokens[0], item.position)
                     for item in following]

@@ -497,7 +497,7 @@ def _draw_output(draws: Draws | None) -> str | None:
 def _mask_width_keys(engine: DeviceEngine) -> tuple[int, int]:
     """The rows (Q) and keys (N + Q) of the attention mask staged for `engine`'s run, [S, 1,
     Q, N + Q]: the tree kernels address its rows by them."""
-    shape = engine.active.bound[(names.ATTN_MASK, True)][0]
+    shape = engine.active.current.bound[(names.ATTN_MASK, True)][0]
     return shape[2], shape[3]
 
 

@@ -413,7 +413,7 @@ def test_a_step_copies_its_inputs_to_the_device_in_one_call(tiny_artifact):
             tokens.append(token)
         assert uploads == [engine.arena.ptr, backend.cells.ptr]
         addresses.append({name: value[1] for (name, is_input), value
-                          in engine.main.bound.items() if is_input})
+                          in engine.main.current.bound.items() if is_input})
     assert produced == alone
     staged = {"tokens", "positions", "cell_table", "attn_mask", "logits_rows"}
     arena = range(engine.arena.ptr, engine.arena.ptr + engine.arena.nbytes)
