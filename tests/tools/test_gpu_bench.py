@@ -67,3 +67,42 @@ def test_cycle_timeline_splits_each_request_into_start_rounds_and_end():
         "request_ms": 4.5, "before_first_run_ms": 0.2, "prefill_busy_ms": 2.0, "start_ms": 2.4,
         "start_busy_ms": 2.0, "after_last_run_ms": 0.5, "busy_ms": 3.6, "runs": 3,
         "start_idle_before_target_ms": 0.2})
+
+
+def test_paired_runs_alternate_the_two_and_give_their_ratios():
+    """gpu_bench.py smollm2 --paired: every batch of prompts by plain and speculative decoding
+    in turn, the first of the two alternating; rates from whole calls and from after each
+    call's first tokens (on_prefill), spec over plain overall and as the median of the
+    batches, and the batches whose answers agreed. A fake clock: plain takes 1 s to its first
+    tokens and 9 s more, speculation 1 + 3 (+ 2 on its second batch)."""
+    from types import SimpleNamespace
+
+    from tools.gpu_bench import paired_runs
+
+    now, calls = [0.0], []
+
+    class Fake:
+        def __init__(self, speculation, first, rest):
+            self.speculation, self.first, self.rest, self.batches = speculation, first, rest, 0
+
+        def generate(self, prompts, params, on_prefill):
+            calls.append((self.speculation, tuple(prompts)))
+            now[0] += self.first
+            on_prefill(len(prompts), len(prompts))
+            now[0] += self.rest[self.batches % len(self.rest)]
+            self.batches += 1
+            answer = [7, 8] if self.speculation and prompts == ["c"] else [7, 8, 9]
+            return [SimpleNamespace(token_ids=answer) for _ in prompts]
+
+    llms = {False: Fake(False, 1.0, [9.0]), True: Fake(True, 1.0, [3.0, 5.0])}
+    rates, ratio = paired_runs(llms, ["a", "b", "c"], 1, None, clock=lambda: now[0])
+    assert calls == [(False, ("a",)), (True, ("a",)), (True, ("b",)), (False, ("b",)),
+                     (False, ("c",)), (True, ("c",))]
+    assert rates[False] == {"tokens": 9, "tokens_per_s": 9 / 30, "decode_tokens_per_s": 6 / 27,
+                            "first_token_ms": 1000.0}
+    assert rates[True] == {"tokens": 8, "tokens_per_s": 8 / 14, "decode_tokens_per_s": 5 / 11,
+                           "first_token_ms": 1000.0}
+    assert ratio == pytest.approx({
+        "tokens_per_s": (8 / 14) / (9 / 30), "decode_tokens_per_s": (5 / 11) / (6 / 27),
+        "median_batch_ratio": 10 / 4, "median_batch_decode_ratio": 9 / 3, "batches": 3,
+        "same_answers": 2})
