@@ -298,13 +298,8 @@ class CountingBinding:
         return getattr(self.inner, attribute)
 
 
-def test_a_step_binds_only_what_moved(tiny_artifact, monkeypatch):
-    """Pools and buffers are bound once per layout of a step's feeds: a decode step of the
-    shape of the one before rebinds nothing (each bind is a host call; at 60 pools and 60
-    outputs they were a third of a SmolLM2 step on the H200), nor does a step of a shape seen
-    before after one of another shape (each layout keeps its own IOBinding: a prefill, then
-    decode steps or verifies, rebound every output at each change), and the tokens stay those
-    of ort-cpu."""
+def count_binds(monkeypatch) -> list[str]:
+    """The names every IOBinding made from now on binds, in order (CountingBinding)."""
     binds: list[str] = []
     made = device_engine._Binding.__init__
 
@@ -313,6 +308,17 @@ def test_a_step_binds_only_what_moved(tiny_artifact, monkeypatch):
         self.binding = CountingBinding(self.binding, binds)
 
     monkeypatch.setattr(device_engine._Binding, "__init__", counting)
+    return binds
+
+
+def test_a_step_binds_only_what_moved(tiny_artifact, monkeypatch):
+    """Pools and buffers are bound once per layout of a step's feeds: a decode step of the
+    shape of the one before rebinds nothing (each bind is a host call; at 60 pools and 60
+    outputs they were a third of a SmolLM2 step on the H200), nor does a step of a shape seen
+    before after one of another shape (each layout keeps its own IOBinding: a prefill, then
+    decode steps or verifies, rebound every output at each change), and the tokens stay those
+    of ort-cpu."""
+    binds = count_binds(monkeypatch)
     cpu = Executor.load(tiny_artifact, max_sessions=4)
     texts = prompts(3, seed=5)
     alone = [run_alone(cpu, p, GREEDY, seed=1, steps=6) for p in texts]
@@ -360,14 +366,7 @@ def test_a_layout_whose_binding_was_dropped_binds_everything_again(tiny_artifact
     step of that layout makes a new one and binds its pools, inputs and outputs again. Steps
     cycling through three layouts: with two kept, every step rebinds the pools; with three,
     none after the first round. Either way the tokens are ort-cpu's."""
-    binds: list[str] = []
-    made = device_engine._Binding.__init__
-
-    def counting(self, session):
-        made(self, session)
-        self.binding = CountingBinding(self.binding, binds)
-
-    monkeypatch.setattr(device_engine._Binding, "__init__", counting)
+    binds = count_binds(monkeypatch)
     monkeypatch.setattr(device_engine._Session, "MAX_BINDINGS", kept)
     cpu = Executor.load(tiny_artifact, max_sessions=4)
     texts = prompts(3, seed=9)
