@@ -24,14 +24,18 @@
 // rounding: a projection (rewrite.projections_for_cuda gives it a MatMul's weight transposed, which
 // ONNX Runtime folds at load, or the LM head's Gemm weight as it is), on the tensor cores, with
 // a row's rounding independent of the other rows (cuBLAS took 3.7 us per small GEMM whatever its
-// size on the H200, and rounded a row alone otherwise than in a batch).
+// size on the H200, and rounded a row alone otherwise than in a batch). w may also come tiled
+// [N / 8, K / 32, 8, 32] (w[n, k] at [n / 8, k / 32, n % 8, k % 32]; the rewrite tiles weights
+// that fit): the same sums, the loads of a chunk contiguous (row_matmul_kernel).
 // RowMatMulSwiGlu (Float16, BFloat16): x [..., K], w [2 I, K] -> SwiGlu(RowMatMul(x, w)), bit for
-// bit, in one kernel; outputs y [..., I] and scratch.
+// bit, in one kernel; outputs y [..., I] and scratch. Tiled, w is [I / 8, K / 32, 2, 8, 32]: a
+// chunk's gate rows, then its up rows.
 // RowMatMulRotary (Float16, BFloat16): x [..., K], w [(H + 2 KV) D, K], cos_cache / sin_cache
 // [positions, D / 2], positions [...] int64 -> q [..., H D], k [..., KV D] (rotated), v [..., KV D],
 // scratch: CellRotaryAttention's rotation of RowMatMul(x, w), bit for bit, in the projection's
 // epilogue (one kernel where there were two); attrs num_heads, kv_num_heads. With it the
-// attention is the plain CellAttention.
+// attention is the plain CellAttention. Tiled, w's rows come in the order its tiles read them
+// (rewrite.kernels.rotary_row_order), then tiled as RowMatMul's.
 // SequentialCumSum (Float only): x [..., n] -> y [..., n], y[i] = y[i - 1] + x[i] (y[0] = x[0]),
 // one float32 add at a time in index order: the sums of ONNX CumSum on ONNX Runtime's CPU
 // provider and of numpy's cumsum, bit for bit, in time linear in n (the CUDA provider's CumSum
@@ -83,7 +87,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #define ORT_API_MANUAL_INIT
@@ -770,7 +776,10 @@ __global__ void swiglu_kernel(const T* __restrict__ x, int64_t rows, int64_t inn
 // that every load is a 16-byte vector and no shared memory is needed.) kSlices depends on K and
 // N only (row_slices), so nothing in a row's arithmetic depends on the other rows, on how many
 // there are, or on its tile: a sequence's projections round the same alone, in a batch, in a
-// verify or in a prompt. The epilogue (kKind):
+// verify or in a prompt. With `tiled`, w is in the ops' tiled layout (the header): lane
+// (g, t) finds the same 8 values, so the sums are the same; a warp's loads of a chunk are 512
+// contiguous bytes a set instead of 64 bytes of 8 rows. kDeep builds load 8 chunks ahead at one
+// tile of rows instead of ROW_LOADS (row_tile_kernel chooses). The epilogue (kKind):
 // - kRowPlain (RowMatMul): y [rows, N].
 // - kRowSwiGlu (RowMatMulSwiGlu): w holds 2 N rows, gate then up; output n sums rows n and N + n,
 //   each rounded to T, then silu_times(gate, up) as swiglu_kernel computes it: SwiGlu(RowMatMul)
@@ -824,12 +833,12 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
 }
 #undef CELLSPEC_MMA_16816
 
-template <typename T, int kKind, int kMTiles, int kSlices, bool kOverlap>
+template <typename T, int kKind, int kMTiles, int kSlices, bool kOverlap, bool kDeep>
 __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
     const T* __restrict__ x, const T* __restrict__ w, int rows, int K, int N,
-    T* __restrict__ y, RowRotary<T> rot, bool early_weights) {
+    T* __restrict__ y, RowRotary<T> rot, bool early_weights, bool tiled) {
   constexpr int kSets = kKind == kRowSwiGlu ? 2 : 1;  // weight tiles: n, or gate n and up n
-  constexpr int kLoads = kMTiles == 1 ? ROW_LOADS : 2;
+  constexpr int kLoads = kMTiles == 1 ? (kDeep ? 2 * ROW_LOADS : ROW_LOADS) : 2;
   constexpr int kValues = kMTiles * kSets * 4;
   __shared__ float sums[kSlices > 1 ? kRowWarps : 1][kValues][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, slice = warp % kSlices;
@@ -844,12 +853,21 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
   if (kKind == kRowRotary) {
     const int half = rot.D / 2, per_head = half / 4;
     rotated = tile < (rot.H + rot.KV) * per_head;
-    if (rotated)
+    if (rotated && !tiled)  // a tiled weight's rows are in this order already
       w_row = (tile / per_head) * rot.D + (tile % per_head) * 4 + g / 2 + (g & 1) * half;
   }
-  const bool has_n = w_row < N;
+  const bool has_n = tiled ? n0 < N : w_row < N;
   const int chunks = (K + 31) / 32;
   const int begin = slice * chunks / kSlices, end = (slice + 1) * chunks / kSlices;
+  // where lane (g, t) finds its 8 values of chunk c of weight set `set`: at weight(set) + c *
+  // chunk_step. Rows: w [kSets N, K], row w_row. Tiled: w [N / 8, chunks, kSets, 8, 32] (K a
+  // multiple of 32, N of 8), so that a warp's 16-byte loads of a chunk are 512 contiguous bytes
+  // a set, and a chunk's sets lie side by side.
+  const int64_t chunk_step = tiled ? 256 * kSets : 32;
+  auto weight = [&](int set) {
+    return tiled ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 + g * 32 + 8 * t
+                 : w + (static_cast<int64_t>(set) * N + w_row) * K + 8 * t;
+  };
   float acc[kMTiles][kSets][4] = {};
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   if constexpr (kOverlap) {
@@ -863,7 +881,7 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
         if (begin + u < end && k < K && has_n)
 #pragma unroll
           for (int set = 0; set < kSets; ++set)
-            prefetch_l2(w + (static_cast<int64_t>(set) * N + w_row) * K + k);
+            prefetch_l2(weight(set) + (begin + u) * chunk_step);
       }
     wait_for_predecessor();
   }
@@ -876,7 +894,7 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
 #pragma unroll
       for (int set = 0; set < kSets; ++set)
         wv[u][set] = in_k && has_n ? *reinterpret_cast<const uint4*>(
-                                         w + (static_cast<int64_t>(set) * N + w_row) * K + k)
+                                         weight(set) + (base + u) * chunk_step)
                                    : zero;
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m)
@@ -1030,28 +1048,69 @@ int row_slices(int K, int N) {
 }
 
 // row_matmul_kernel's build for `slices` runs of K
-template <typename T, int kKind, int kMTiles, bool kOverlap>
+template <typename T, int kKind, int kMTiles, bool kOverlap, bool kDeep>
 auto row_kernel_for(int slices) {
-  return slices == 1   ? row_matmul_kernel<T, kKind, kMTiles, 1, kOverlap>
-         : slices == 2 ? row_matmul_kernel<T, kKind, kMTiles, 2, kOverlap>
-         : slices == 4 ? row_matmul_kernel<T, kKind, kMTiles, 4, kOverlap>
-                       : row_matmul_kernel<T, kKind, kMTiles, 8, kOverlap>;
+  return slices == 1   ? row_matmul_kernel<T, kKind, kMTiles, 1, kOverlap, kDeep>
+         : slices == 2 ? row_matmul_kernel<T, kKind, kMTiles, 2, kOverlap, kDeep>
+         : slices == 4 ? row_matmul_kernel<T, kKind, kMTiles, 4, kOverlap, kDeep>
+                       : row_matmul_kernel<T, kKind, kMTiles, 8, kOverlap, kDeep>;
+}
+
+int multiprocessors();
+
+// how many blocks of `kernel` this process's device holds at once (a kernel's resources do not
+// change, so each is asked once)
+template <typename Kernel>
+int resident_row_blocks(Kernel kernel) {
+  static std::mutex mutex;
+  static std::vector<std::pair<const void*, int>> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const void* key = reinterpret_cast<const void*>(kernel);
+  for (const auto& [k, blocks] : known)
+    if (k == key) return blocks;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRowWarps, 0) !=
+      cudaSuccess)
+    per_sm = 1;
+  known.emplace_back(key, std::max(per_sm, 1) * multiprocessors());
+  return known.back().second;
+}
+
+// row_matmul_kernel for tiles of 16 rows: its deep build (twice the loads in flight, more
+// registers: fewer blocks at once) where each warp's run of K is at least kDeepChunks chunks
+// and the deep build takes no more waves of blocks than the other. On the H200 (bench/NOTES.md,
+// 2026-12-04, eighth sitting) the deep build read 8 Qwen3-8B-shaped layers' LM head 20% faster
+// and their o and down projections 4-10%, took 2 waves where the other took 1 for their gate/up
+// and qkv, and was slower on SmolLM2's short runs (K 576: its head 16.0 -> 18.8 us). How many
+// loads are in flight changes no sum.
+constexpr int kDeepChunks = 32;
+template <typename T, int kKind, bool kOverlap>
+auto row_tile_kernel(int slices, int run_chunks, int64_t blocks) {
+  const auto shallow = row_kernel_for<T, kKind, 1, kOverlap, false>(slices);
+  if (run_chunks < kDeepChunks) return shallow;
+  const auto deep = row_kernel_for<T, kKind, 1, kOverlap, true>(slices);
+  const int64_t a = resident_row_blocks(shallow), b = resident_row_blocks(deep);
+  return (blocks + b - 1) / b <= (blocks + a - 1) / a ? deep : shallow;
 }
 
 // blocks for the same outputs and other rows run side by side (the tiles of rows are grid x),
 // so that the weights they share come from L2 after the first
 template <typename T, int kKind, int kMTiles>
 void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
-                      const RowRotary<T>& rot, bool constant_w, cudaStream_t stream) {
+                      const RowRotary<T>& rot, bool constant_w, bool tiled, cudaStream_t stream) {
   const int slices = row_slices(K, N), per_block = kRowWarps / slices;
   const dim3 grid((rows + 16 * kMTiles - 1) / (16 * kMTiles),
                   ((N + 7) / 8 + per_block - 1) / per_block);
   const dim3 block(32 * kRowWarps);
+  const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
   // only tiles of 16 rows (decode, verify) overlap: a prompt's wide tiles launch plainly
   const bool overlap = kMTiles == 1 && overlapping(rows);
-  auto kernel = overlap ? row_kernel_for<T, kKind, kMTiles, kMTiles == 1>(slices)
-                        : row_kernel_for<T, kKind, kMTiles, false>(slices);
-  launch_after(overlap, kernel, grid, block, 0, stream, x, w, rows, K, N, y, rot, constant_w);
+  const int run_chunks = (K + 31) / 32 / slices;
+  auto kernel = kMTiles != 1 ? row_kernel_for<T, kKind, kMTiles, false, false>(slices)
+                : overlap    ? row_tile_kernel<T, kKind, true>(slices, run_chunks, blocks)
+                             : row_tile_kernel<T, kKind, false>(slices, run_chunks, blocks);
+  launch_after(overlap, kernel, grid, block, 0, stream, x, w, rows, K, N, y, rot, constant_w,
+               tiled);
 }
 
 // row_matmul_kernel over `rows` rows of x on `stream`: 16 rows a block up to ROW_WIDE_ROWS
@@ -1065,11 +1124,11 @@ void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
 // prefetches the lines of its first weight loads into L2 while the previous kernel may still run.
 template <typename T, int kKind>
 void launch_row_matmul(const T* x, const T* w, int rows, int K, int N, T* y, bool constant_w,
-                       cudaStream_t stream, const RowRotary<T>& rot = {}) {
+                       bool tiled, cudaStream_t stream, const RowRotary<T>& rot = {}) {
   if (rows <= ROW_WIDE_ROWS)
-    launch_row_tiles<T, kKind, 1>(x, w, rows, K, N, y, rot, constant_w, stream);
+    launch_row_tiles<T, kKind, 1>(x, w, rows, K, N, y, rot, constant_w, tiled, stream);
   else
-    launch_row_tiles<T, kKind, 4>(x, w, rows, K, N, y, rot, constant_w, stream);
+    launch_row_tiles<T, kKind, 4>(x, w, rows, K, N, y, rot, constant_w, tiled, stream);
 }
 
 // the outputs row_matmul_kernel takes: a grid's y (tiles of 8 outputs) stops at 65,535
@@ -1634,17 +1693,38 @@ OrtStatus* cublas_rows(Ort::KernelContext& ctx, const std::string& name, const v
   return nullptr;
 }
 
-// x [..., K] and w [N, K] checked for a RowMatMul op: the rows, or an error
+// x [..., K] and w [N, K], or w tiled (row_matmul_kernel's tiled layout: [N / 8, K / 32, 8,
+// 32], or with two sets of N / 2 rows [N / 16, K / 32, 2, 8, 32]), checked for a RowMatMul op:
+// the rows, N (w's rows) and K, whether w is tiled; or an error
+struct RowOperands {
+  int64_t rows = 0, N = 0, K = 0;
+  bool tiled = false;
+};
 OrtStatus* row_operands(const std::string& name, const std::vector<int64_t>& shape,
-                        const std::vector<int64_t>& w_shape, const char* w_rows, int64_t* rows) {
-  if (shape.empty() || w_shape.size() != 2 || shape.back() != w_shape[1])
+                        const std::vector<int64_t>& w_shape, const char* w_rows, int sets,
+                        RowOperands* operands) {
+  const size_t dims = sets == 1 ? 4 : 5;
+  const bool tiled = w_shape.size() == dims && w_shape[dims - 2] == 8 &&
+                     w_shape[dims - 1] == 32 && (sets == 1 || w_shape[2] == sets);
+  const int64_t N = tiled ? w_shape[0] * 8 * sets : w_shape.size() == 2 ? w_shape[0] : -1;
+  const int64_t K = tiled ? w_shape[1] * 32 : w_shape.size() == 2 ? w_shape[1] : -1;
+  if (shape.empty() || N < 0 || shape.back() != K)
     return error(name + ": x " + shape_text(shape) + " and w " + shape_text(w_shape) +
-                 ", expected [..., K] and [" + w_rows + ", K]");
-  *rows = leading_rows(shape);
-  if (w_shape[0] > INT32_MAX || w_shape[1] > INT32_MAX || *rows > INT32_MAX)
+                 ", expected [..., K] and [" + w_rows + ", K] (or tiled: " +
+                 (sets == 1 ? std::string("[N / 8, K / 32, 8, 32]")
+                            : std::string("[I / 8, K / 32, 2, 8, 32]")) + ")");
+  *operands = {leading_rows(shape), N, K, tiled};
+  if (N > INT32_MAX || K > INT32_MAX || operands->rows > INT32_MAX)
     return error(name + ": x " + shape_text(shape) + " and w " + shape_text(w_shape) +
                  " have a dimension over 2**31");
   return nullptr;
+}
+
+// the error of a tiled weight where row_matmul_kernel cannot run (only it reads that layout)
+OrtStatus* tiled_without_kernel(const std::string& name) {
+  return error(name + ": w is tiled, which only cellspec's row kernel reads, and it cannot "
+               "run here (x or w not 16-byte aligned, over 524,280 outputs, "
+               "or a device before compute capability 8.0)");
 }
 
 // whether input `index` of the node is a constant initializer (no kernel of the step writes it)
@@ -1688,18 +1768,20 @@ struct RowMatMulKernel {
   OrtStatus* Compute(Ort::KernelContext& ctx) {
     std::vector<int64_t> shape = ctx.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
     const std::vector<int64_t> w_shape = ctx.GetInput(1).GetTensorTypeAndShapeInfo().GetShape();
-    int64_t rows = 0;
-    if (OrtStatus* status = row_operands(kName, shape, w_shape, kGlu ? "2 I" : "N", &rows))
+    RowOperands ops;
+    if (OrtStatus* status =
+            row_operands(kName, shape, w_shape, kGlu ? "2 I" : "N", kGlu ? 2 : 1, &ops))
       return status;
-    if (kGlu && w_shape[0] % 2 != 0)
+    const int64_t rows = ops.rows, K = ops.K, N = ops.N, outputs = kGlu ? N / 2 : N;
+    if (kGlu && N % 2 != 0)
       return error(std::string(kName) + ": w " + shape_text(w_shape) + ", expected [2 I, K]");
-    const int64_t K = w_shape[1], N = w_shape[0], outputs = kGlu ? N / 2 : N;
     shape.back() = outputs;
     auto out = ctx.GetOutput(0, shape);
     const T* x = ctx.GetInput(0).GetTensorData<T>();
     const T* w = ctx.GetInput(1).GetTensorData<T>();
     auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
     const bool own = row_kernel_fits(x, w, K, outputs);
+    if (ops.tiled && !own) return tiled_without_kernel(kName);
     T* product = out.GetTensorMutableData<T>();
     if (kGlu)
       product = ctx.GetOutput(1, {own ? 0 : rows * N}).GetTensorMutableData<T>();
@@ -1707,7 +1789,7 @@ struct RowMatMulKernel {
     if (own) {
       launch_row_matmul<T, kGlu ? kRowSwiGlu : kRowPlain>(
           x, w, static_cast<int>(rows), static_cast<int>(K), static_cast<int>(outputs),
-          out.GetTensorMutableData<T>(), constant_w, stream);
+          out.GetTensorMutableData<T>(), constant_w, ops.tiled, stream);
       return launched();
     }
     if (OrtStatus* status = cublas_rows(ctx, kName, x, w, rows, K, N, product,
@@ -1749,10 +1831,10 @@ struct RowMatMulRotaryKernel {
     auto shape_of = [&](size_t i) { return ctx.GetInput(i).GetTensorTypeAndShapeInfo().GetShape(); };
     std::vector<int64_t> shape = shape_of(0);
     const std::vector<int64_t> w_shape = shape_of(1), cos = shape_of(2), sin = shape_of(3);
-    int64_t rows = 0;
-    if (OrtStatus* status = row_operands(kName, shape, w_shape, "(H + 2 KV) D", &rows))
+    RowOperands ops;
+    if (OrtStatus* status = row_operands(kName, shape, w_shape, "(H + 2 KV) D", 1, &ops))
       return status;
-    const int64_t H = heads, KV = kv_heads, K = w_shape[1], N = w_shape[0];
+    const int64_t rows = ops.rows, H = heads, KV = kv_heads, K = ops.K, N = ops.N;
     const int64_t D = H > 0 && KV > 0 ? N / (H + 2 * KV) : 0;
     if (D == 0 || D % 2 != 0 || N != (H + 2 * KV) * D)
       return error(std::string(kName) + ": w " + shape_text(w_shape) + " for " +
@@ -1765,6 +1847,7 @@ struct RowMatMulRotaryKernel {
     const T* x = ctx.GetInput(0).GetTensorData<T>();
     const T* w = ctx.GetInput(1).GetTensorData<T>();
     const bool own = D % 8 == 0 && row_kernel_fits(x, w, K, N);
+    if (ops.tiled && !own) return tiled_without_kernel(kName);
     RowRotary<T> rot{ctx.GetInput(2).GetTensorData<T>(), ctx.GetInput(3).GetTensorData<T>(),
                      ctx.GetInput(4).GetTensorData<int64_t>(), cos[0], static_cast<int>(H),
                      static_cast<int>(KV), static_cast<int>(D), nullptr, nullptr, nullptr};
@@ -1778,7 +1861,8 @@ struct RowMatMulRotaryKernel {
     auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
     if (own) {
       launch_row_matmul<T, kRowRotary>(x, w, static_cast<int>(rows), static_cast<int>(K),
-                                       static_cast<int>(N), nullptr, constant_w, stream, rot);
+                                       static_cast<int>(N), nullptr, constant_w, ops.tiled,
+                                       stream, rot);
       return launched();
     }
     if (OrtStatus* status = cublas_rows(ctx, kName, x, w, rows, K, N, product,

@@ -42,8 +42,10 @@ that the new form makes dead) change, or in `sampling_for_cuda` CumSum and TopK 
   head's Gemm, as cellspec's `RowMatMul` (cellspec/plugins/cell_attention.cu): on the tensor
   cores for any number of rows, a row's rounding independent of the others, where cuBLAS took
   3.7 us per small GEMM on the H200 whatever its size and rounded a row by its batch. A
-  MatMul's [K, N] weight is read through a Transpose node to [N, K], which ONNX Runtime folds
-  into a new initializer at load. A SwiGlu of a RowMatMul's product becomes one
+  MatMul's [K, N] weight is read through nodes that ONNX Runtime folds into a new initializer
+  at load: tiled [N / 8, K / 32, 8, 32] where it fits (`rotary_row_order` for the qkv's rows
+  first; gate and up side by side for a SwiGlu), so that the kernel's loads are contiguous,
+  else a Transpose to [N, K]. A SwiGlu of a RowMatMul's product becomes one
   `RowMatMulSwiGlu`, and a `CellRotaryAttention` of one `RowMatMulRotary` (the rotation in the
   projection's epilogue) + `CellAttention`.
 - `sampling_for_cuda`: the sampler and verifier graphs' full sort and cumulative sums on

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from cellspec.rewrite.graph import (
     CELLSPEC_DOMAIN,
@@ -200,10 +201,103 @@ def projections_for_cuda(model: onnx.ModelProto, dtypes: tuple[int, ...] = HALF
         changed = True
     del result.graph.node[:]
     outputs = {o.name for o in model.graph.output}
-    result.graph.node.extend(_fuse_row_rotary(_fuse_row_swiglu(nodes, outputs), outputs))
+    nodes, tiling = _tile_weights(_fuse_row_rotary(_fuse_row_swiglu(nodes, outputs), outputs),
+                                  initializers, outputs)
+    result.graph.node.extend(nodes)
+    result.graph.initializer.extend(tiling)
     if changed:
         import_domain(result, CELLSPEC_DOMAIN)
     return result
+
+
+def rotary_row_order(heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+    """The order of a q, k, v projection's weight rows [(heads + 2 kv_heads) head_dim] that
+    RowMatMulRotary's kernel reads a tiled weight in: each tile of 8 outputs of a q or k head
+    takes the 4 rotation pairs (d, d + head_dim / 2), d = 4 j .. 4 j + 3, as rows (d, d + half,
+    d + 1, d + 1 + half, ...); the v rows stay in place (cell_attention.cu, row_matmul_kernel)."""
+    half = head_dim // 2
+    tiles = np.arange((heads + kv_heads) * head_dim // 8)
+    g = np.arange(8)
+    head, j = (tiles // (half // 4))[:, None], (tiles % (half // 4))[:, None]
+    rotated = (head * head_dim + j * 4 + g // 2 + (g % 2) * half).reshape(-1)
+    return np.concatenate([rotated, np.arange(len(rotated), (heads + 2 * kv_heads) * head_dim)])
+
+
+def _tile_weights(nodes: list[onnx.NodeProto], initializers: dict, outputs: set[str]
+                  ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """Each RowMatMul* whose weight is an initializer's Transpose (a MatMul's [K, N]) or, read by
+    no other node, an initializer [N, K] (an untied LM head), with K a multiple of 32 and N of 8
+    (RowMatMulSwiGlu's N / 2 of 8, RowMatMulRotary's head dim of 8), reads that weight tiled
+    instead: [N / 8, K / 32, 8, 32], for RowMatMulSwiGlu [N / 16, K / 32, 2, 8, 32] (each chunk's
+    gate and up rows side by side). A Reshape and a Transpose of the initializer (after a Gather
+    of RowMatMulRotary's rows into rotary_row_order) give it, which ONNX Runtime folds into a new
+    initializer at load, as it folds the Transpose it replaces. The kernel's loads of a chunk are
+    then 512 contiguous bytes a set (bench/NOTES.md, 2026-12-04, eighth sitting: 8 Qwen3-8B-shaped
+    layers' projections and head on the H200); its sums, and so every output, stay the same bit
+    for bit. A tied head (its initializer also the embedding's) keeps its layout: tiling would
+    keep a second copy on the device. Returns the nodes and the initializers the tiling adds."""
+    readers: dict[str, int] = {}
+    for node in nodes:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    producers = {o: n for n in nodes for o in n.output}
+    tiled, gone, out = {}, set(), []
+    for node in nodes:
+        kind = node.op_type[len(ROW_MATMUL):]
+        if node.domain != CELLSPEC_DOMAIN or not node.op_type.startswith(ROW_MATMUL) \
+                or len(node.input) < 2 or node.input[1] in outputs:
+            continue
+        weight, source = node.input[1], producers.get(node.input[1])
+        if source is not None and source.op_type == "Transpose" \
+                and source.input[0] in initializers and readers[weight] == 1:
+            init = initializers[source.input[0]]
+            K, N = init.dims
+            transposed = True
+        elif weight in initializers and readers[weight] == 1 \
+                and len(initializers[weight].dims) == 2:
+            init = initializers[weight]
+            N, K = init.dims
+            transposed = False
+        else:
+            continue
+        order = None
+        if kind.startswith("Rotary"):
+            attrs = node_attributes(node)
+            H, KV = attrs["num_heads"], attrs["kv_num_heads"]
+            D = N // (H + 2 * KV) if H > 0 and KV > 0 else 0
+            if D == 0 or D % 8 != 0 or N != (H + 2 * KV) * D:
+                continue
+            order = rotary_row_order(H, KV, D)
+        if K % 32 != 0 or N % 8 != 0 or (kind.startswith("SwiGlu") and (N // 2) % 8 != 0):
+            continue
+        name = f"{init.name}/tiled"
+        steps = []
+        source_name = init.name
+        if order is not None:
+            steps.append(helper.make_node("Gather", [source_name, f"{name}/rows"],
+                                          [f"{name}/ordered"], name=f"{name}/Gather",
+                                          axis=1 if transposed else 0))
+            tiled[f"{name}/rows"] = numpy_helper.from_array(order.astype(np.int64),
+                                                            f"{name}/rows")
+            source_name = f"{name}/ordered"
+        if kind.startswith("SwiGlu"):  # [N / 16, K / 32, 2, 8, 32]: gate and up side by side
+            shape, perm = (([K // 32, 32, 2, N // 16, 8], [3, 0, 2, 4, 1]) if transposed else
+                           ([2, N // 16, 8, K // 32, 32], [1, 3, 0, 2, 4]))
+        else:  # [N / 8, K / 32, 8, 32]
+            shape, perm = (([K // 32, 32, N // 8, 8], [2, 0, 3, 1]) if transposed else
+                           ([N // 8, 8, K // 32, 32], [0, 2, 1, 3]))
+        tiled[f"{name}/shape"] = numpy_helper.from_array(np.array(shape, np.int64),
+                                                         f"{name}/shape")
+        steps += [helper.make_node("Reshape", [source_name, f"{name}/shape"],
+                                   [f"{name}/blocks"], name=f"{name}/Reshape"),
+                  helper.make_node("Transpose", [f"{name}/blocks"], [name],
+                                   name=f"{name}/Transpose", perm=perm)]
+        if source is not None and transposed:
+            gone.add(source.name)
+        node.input[1] = name
+        out.extend(steps)
+    out.extend(n for n in nodes if n.name not in gone)
+    return out, list(tiled.values())
 
 
 def _sole_products(nodes: list[onnx.NodeProto], outputs: set[str]) -> dict[str, onnx.NodeProto]:

@@ -434,6 +434,20 @@ def test_row_matmul_matches_reference(cell_library, rows, K, N):
     np.testing.assert_allclose(got.astype(np.float64), want, atol=4e-3, rtol=4e-3)
 
 
+def test_row_matmul_rounds_a_row_the_same_with_either_number_of_loads_in_flight(cell_library):
+    """A Qwen3-8B-shaped o projection (runs of 32 chunks): one row takes the deep build (8 loads
+    in flight) where 40 rows take 768 blocks, more waves of it than of the shallow one; the rows'
+    outputs are the same bit for bit either way, and with the weight tiled."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((40, 4096)).astype(np.float16)
+    w = (rng.standard_normal((4096, 4096)) / 64).astype(np.float16)
+    full = run_node(cell_library, "RowMatMul", {"x": x, "w": w}, ["y"])[0]
+    for rows in ([7], [0, 39], list(range(17))):
+        for weight in (w, tiled(w)):
+            part = run_node(cell_library, "RowMatMul", {"x": x[rows], "w": weight}, ["y"])[0]
+            assert np.array_equal(part, full[rows]), (rows, weight.ndim)
+
+
 @pytest.mark.parametrize("rows", [1, 8, 100])
 def test_row_matmuls_chained_on_constant_weights_equal_each_alone(cell_library, rows):
     """RowMatMul -> RowMatMulSwiGlu -> RowMatMul with the weights as initializers, each product
@@ -551,6 +565,98 @@ def test_row_matmul_rotary_is_the_rotation_of_row_matmul(cell_library, shape, he
         ["out", "k_new", "v_new", "q_rot", "partials"], num_heads=heads, kv_num_heads=kv_heads,
         scale=head_dim ** -0.5, by_position=0)
     assert np.array_equal(k_new, got[1]) and np.array_equal(v_new, got[2])
+
+
+def tiled(w: np.ndarray, sets: int = 1) -> np.ndarray:
+    """A RowMatMul weight [N, K] in the kernel's tiled layout [N / 8, K / 32, 8, 32], or with two
+    sets of rows (RowMatMulSwiGlu's gate and up) [N / 16, K / 32, 2, 8, 32]."""
+    N, K = w.shape
+    if sets == 2:
+        return np.ascontiguousarray(
+            w.reshape(2, N // 16, 8, K // 32, 32).transpose(1, 3, 0, 2, 4))
+    return np.ascontiguousarray(w.reshape(N // 8, 8, K // 32, 32).transpose(0, 2, 1, 3))
+
+
+# (rows, K, N): SmolLM2's projections at a decode step and a verify, and Qwen3-8B-shaped o (256
+# blocks: the deep build), qkv and gate/up (384 blocks) at one row
+TILED_SHAPES = [(1, 576, 960), (16, 576, 3072), (40, 1536, 576), (100, 576, 960),
+                (1, 4096, 4096), (1, 4096, 6144), (1, 4096, 2 * 12288)]
+
+
+@pytest.mark.parametrize("rows,K,N", TILED_SHAPES)
+def test_tiled_row_matmuls_equal_the_untiled_ones_bit_for_bit(cell_library, rows, K, N):
+    """RowMatMul, RowMatMulSwiGlu and RowMatMulRotary on a tiled weight (RowMatMulSwiGlu's gate
+    and up side by side, the rotary one's rows first in rotary_row_order) give the untiled op's
+    outputs bit for bit: the same sums, only the loads' addresses differ."""
+    from cellspec.rewrite.kernels import rotary_row_order
+
+    rng = np.random.default_rng(rows + K + N)
+    x = rng.standard_normal((rows, K)).astype(np.float16)
+    w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
+    for op, outputs, sets in (("RowMatMul", ["y"], 1), ("RowMatMulSwiGlu", ["y", "scratch"], 2)):
+        want = run_node(cell_library, op, {"x": x, "w": w}, outputs)[0]
+        got = run_node(cell_library, op, {"x": x, "w": tiled(w, sets)}, outputs)[0]
+        assert got.shape == want.shape and np.array_equal(got, want), op
+    heads, kv_heads, head_dim = (9, 3, 64) if N == 960 else (32, 8, 128)
+    if N != (heads + 2 * kv_heads) * head_dim:
+        return
+    positions = rng.integers(0, 1024, (rows,)).astype(np.int64)
+    angles = np.arange(1024)[:, None] * 10000.0 ** (-np.arange(0, head_dim, 2) / head_dim)
+    feeds = {"x": x, "w": w, "cos_cache": np.cos(angles).astype(np.float16),
+             "sin_cache": np.sin(angles).astype(np.float16), "positions": positions}
+    names = ["q", "k", "v", "scratch"]
+    want = run_node(cell_library, "RowMatMulRotary", feeds, names, num_heads=heads,
+                    kv_num_heads=kv_heads)
+    feeds["w"] = tiled(w[rotary_row_order(heads, kv_heads, head_dim)])
+    got = run_node(cell_library, "RowMatMulRotary", feeds, names, num_heads=heads,
+                   kv_num_heads=kv_heads)
+    for name, a, b in zip("qkv", got, want):
+        assert np.array_equal(a, b), name
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+def test_rewritten_projections_fold_their_tiled_weights_on_the_device(cell_library, rows):
+    """MatMuls by [K, N] initializers, after projections_for_cuda, read tiled weights that ONNX
+    Runtime folds at load (a Reshape and a Transpose of each initializer, the qkv's rows
+    gathered first): the outputs those of the untiled ops on the same weights, bit for bit."""
+    from onnx import numpy_helper
+
+    from cellspec.rewrite import projections_for_cuda
+
+    rng = np.random.default_rng(rows)
+    K, hidden, inner = 576, 576, 1536
+    x = rng.standard_normal((rows, K)).astype(np.float16)
+    w_up = (rng.standard_normal((hidden, 2 * inner)) / 24).astype(np.float16)
+    w_down = (rng.standard_normal((inner, hidden)) / 40).astype(np.float16)
+    nodes = [helper.make_node("MatMul", ["x", "w_up"], ["up"], name="up"),
+             helper.make_node("SwiGluFloat16", ["up"], ["glu"], domain="cellspec", name="glu"),
+             helper.make_node("MatMul", ["glu", "w_down"], ["y"], name="down")]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+        initializer=[numpy_helper.from_array(w_up, "w_up"),
+                     numpy_helper.from_array(w_down, "w_down")])
+    model = projections_for_cuda(helper.make_model(graph))
+    assert [n.input[1] for n in model.graph.node if n.op_type.startswith("RowMatMul")] == \
+        ["w_up/tiled", "w_down/tiled"]
+    got = cuda_session(cell_library, model.graph).run(["y"], {"x": x})[0]
+    glu = run_node(cell_library, "RowMatMulSwiGlu", {"x": x, "w": np.ascontiguousarray(w_up.T)},
+                   ["y", "scratch"])[0]
+    want = run_node(cell_library, "RowMatMul", {"x": glu, "w": np.ascontiguousarray(w_down.T)},
+                    ["y"])[0]
+    assert np.array_equal(got, want)
+
+
+def test_row_matmul_refuses_a_weight_of_another_layout(cell_library):
+    x = np.zeros((2, 64), np.float16)
+    with pytest.raises(Exception, match="w \\[1, 2, 16, 16\\], expected \\[..., K\\] and "
+                                        "\\[N, K\\] \\(or tiled"):
+        run_node(cell_library, "RowMatMul", {"x": x, "w": np.zeros((1, 2, 16, 16), np.float16)},
+                 ["y"])
+    with pytest.raises(Exception, match="expected \\[..., K\\] and \\[2 I, K\\] \\(or "
+                                        "tiled: \\[I / 8, K / 32, 2, 8, 32\\]"):
+        run_node(cell_library, "RowMatMulSwiGlu",
+                 {"x": x, "w": np.zeros((1, 2, 8, 32), np.float16)}, ["y", "scratch"])
 
 
 def test_row_matmul_rotary_refuses_positions_not_one_per_row(cell_library):

@@ -16,6 +16,7 @@ from cellspec.errors import CellspecError
 from cellspec.plugins import build
 from cellspec.plugins.build import PluginUnavailable, build_library
 from cellspec.rewrite import CELLSPEC_DOMAIN, cell_attention_for_cuda, projections_for_cuda
+from cellspec.rewrite.kernels import rotary_row_order
 from cellspec.runtime.device_sessions import load_session
 
 ALL_FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
@@ -115,9 +116,36 @@ def expand(model: onnx.ModelProto) -> onnx.ModelProto:
                 helper.make_node("Mul", [f"{n}/gate", f"{n}/sig"], [f"{n}/silu"]),
                 helper.make_node("Mul", [f"{n}/silu", f"{n}/up"], [out])]
 
-    def row_matmul(x: str, w: str, out: str, n: str) -> list:  # x @ w^T, w [N, K]
-        return [helper.make_node("Transpose", [w], [f"{n}/w"], perm=[1, 0]),
-                helper.make_node("MatMul", [x, f"{n}/w"], [out])]
+    producers = {o: node for node in model.graph.node for o in node.output}
+
+    def row_matmul(x: str, w: str, out: str, n: str, order=None) -> list:
+        """x @ w^T, w [N, K] or tiled [N / 8, K / 32, 8, 32] (then its rows in `order`, if
+        given, put back in place)."""
+        source = producers.get(w)
+        if source is None or source.op_type != "Transpose" or len(attrs(source)["perm"]) < 4:
+            return [helper.make_node("Transpose", [w], [f"{n}/w"], perm=[1, 0]),
+                    helper.make_node("MatMul", [x, f"{n}/w"], [out])]
+        # [N / 8, K / 32, 8, 32] -> [N / 8, 8, K / 32, 32] -> [N, K], or two sets
+        # [N / 16, K / 32, 2, 8, 32] -> [2, N / 16, 8, K / 32, 32] -> [N, K]
+        sets = len(attrs(source)["perm"]) == 5
+        untiled = [helper.make_node("Transpose", [w], [f"{n}/blocks"],
+                                    perm=[2, 0, 3, 1, 4] if sets else [0, 2, 1, 3]),
+                   helper.make_node("Shape", [f"{n}/blocks"], [f"{n}/dims"]),
+                   helper.make_node("Gather", [f"{n}/dims", const([3, 4] if sets else [2, 3],
+                                                                  f"{n}/kk")],
+                                    [f"{n}/k_parts"]),
+                   helper.make_node("ReduceProd", [f"{n}/k_parts"], [f"{n}/k"], keepdims=1),
+                   helper.make_node("Concat", [const([-1], f"{n}/minus"), f"{n}/k"],
+                                    [f"{n}/nk"], axis=0),
+                   helper.make_node("Reshape", [f"{n}/blocks", f"{n}/nk"], [f"{n}/w_rows"])]
+        rows = f"{n}/w_rows"
+        if order is not None:
+            untiled.append(helper.make_node("Gather", [rows, const(np.argsort(order),
+                                                                   f"{n}/back")],
+                                            [f"{n}/w_back"], axis=0))
+            rows = f"{n}/w_back"
+        return untiled + [helper.make_node("Transpose", [rows], [f"{n}/w"], perm=[1, 0]),
+                          helper.make_node("MatMul", [x, f"{n}/w"], [out])]
 
     def rotary(qkv, cos, sin, positions, heads, kv_heads, d, norms, outputs, n) -> list:
         """q, k rotated (after their head norms, if any) and v of qkv, as outputs' names."""
@@ -170,9 +198,11 @@ def expand(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes += swiglu(f"{n}/product", node.output[0], f"{n}/glu")
         elif node.op_type.startswith("RowMatMulRotary"):
             x, w, cos, sin, positions = node.input
-            nodes += row_matmul(x, w, f"{n}/product", n)
+            d = head_dims[node.output[0]]
+            nodes += row_matmul(x, w, f"{n}/product", n,
+                                rotary_row_order(a["num_heads"], a["kv_num_heads"], d))
             nodes += rotary(f"{n}/product", cos, sin, positions, a["num_heads"],
-                            a["kv_num_heads"], head_dims[node.output[0]], [], node.output[:3], n)
+                            a["kv_num_heads"], d, [], node.output[:3], n)
         elif node.op_type.startswith("RowMatMul"):
             nodes += row_matmul(*node.input, node.output[0], n)
         elif "RotaryAttention" in node.op_type:
@@ -295,11 +325,40 @@ def test_the_rewritten_graph_computes_what_the_exported_one_does(request, which,
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_projections_become_row_matmuls_of_transposed_weights(llama_artifact):
-    """Each MatMul by a weight initializer [K, N] -> RowMatMul(x, Transpose(w)) (one Transpose
-    per weight), the tied LM head's Gemm(x, embedding, transB=1) -> RowMatMul(x, embedding);
-    MatMuls of two activations, Gemms that are not x @ w^T, and weights of types not asked
-    for stay."""
+def weight_read(model: onnx.ModelProto, name: str) -> np.ndarray:
+    """The value of `name`: an initializer, or the Transposes, Reshapes and Gathers of
+    initializers that ONNX Runtime folds at load, evaluated in numpy."""
+    from onnx import numpy_helper
+
+    initializers = {i.name: i for i in model.graph.initializer}
+    if name in initializers:
+        return numpy_helper.to_array(initializers[name])
+    node = next(n for n in model.graph.node if name in n.output)
+    x = weight_read(model, node.input[0])
+    if node.op_type == "Transpose":
+        return x.transpose(attrs(node)["perm"])
+    if node.op_type == "Reshape":
+        return x.reshape(weight_read(model, node.input[1]))
+    assert node.op_type == "Gather", node.op_type
+    return np.take(x, weight_read(model, node.input[1]), axis=attrs(node).get("axis", 0))
+
+
+def untiled(w: np.ndarray) -> np.ndarray:
+    """A tiled RowMatMul weight [N / 8, K / 32, 8, 32] (or RowMatMulSwiGlu's [N / 16, K / 32, 2,
+    8, 32]) as [N, K]."""
+    blocks, chunks = w.shape[:2]
+    if w.ndim == 5:
+        return w.transpose(2, 0, 3, 1, 4).reshape(blocks * 16, chunks * 32)
+    return w.transpose(0, 2, 1, 3).reshape(blocks * 8, chunks * 32)
+
+
+def test_projections_become_row_matmuls_of_tiled_weights(llama_artifact):
+    """Each MatMul by a weight initializer [K, N] -> RowMatMul(x, w^T tiled [N / 8, K / 32, 8,
+    32]) through a Reshape and a Transpose of the initializer (one chain per weight, folded at
+    load), a weight read by two MatMuls through one Transpose [N, K] instead, the tied LM
+    head's Gemm(x, embedding, transB=1) -> RowMatMul(x, embedding) (the embedding's Gather
+    also reads it, so it keeps its layout); MatMuls of two activations, Gemms that are not
+    x @ w^T, and weights of types not asked for stay."""
     model = load_graph(llama_artifact, "target")
     initializers = {i.name for i in model.graph.initializer}
     weighted = [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in initializers]
@@ -314,23 +373,91 @@ def test_projections_become_row_matmuls_of_transposed_weights(llama_artifact):
     model.graph.node.extend([shared, product, flipped])
     rewritten = projections_for_cuda(model, ALL_FLOATS)
     nodes = {n.name: n for n in rewritten.graph.node}
-    transposes = [n for n in rewritten.graph.node if n.op_type == "Transpose"
-                  and n.input[0] in initializers]
-    assert sorted(n.input[0] for n in transposes) == sorted({n.input[1] for n in weighted})
+    full = onnx.load(str(graph_path(llama_artifact, "target")))  # with the weights' values
+    values = {i.name: onnx.numpy_helper.to_array(i) for i in full.graph.initializer}
+    rewritten_values = onnx.ModelProto()
+    rewritten_values.CopyFrom(rewritten)
+    del rewritten_values.graph.initializer[:]
+    rewritten_values.graph.initializer.extend(
+        [*full.graph.initializer,
+         *[i for i in rewritten.graph.initializer if i.name not in values]])
     for node in [*weighted, shared]:
         row = nodes[node.name]
         assert (row.op_type, row.domain) == ("RowMatMulFloat", CELLSPEC_DOMAIN)
-        assert list(row.input) == [node.input[0], f"{node.input[1]}/T"]
-        assert list(row.output) == list(node.output)
-    assert all(attrs(t) == {"perm": [1, 0]} and list(t.output) == [f"{t.input[0]}/T"]
-               for t in transposes)
+        assert row.input[0] == node.input[0] and list(row.output) == list(node.output)
+        w = weight_read(rewritten_values, row.input[1])
+        if node.input[1] == weighted[0].input[1]:  # read twice: one Transpose for both
+            assert row.input[1] == f"{node.input[1]}/T"
+            np.testing.assert_array_equal(w, values[node.input[1]].T)
+        else:
+            K, N = values[node.input[1]].shape
+            assert row.input[1] == f"{node.input[1]}/tiled" and w.shape == (N // 8, K // 32, 8, 32)
+            np.testing.assert_array_equal(untiled(w), values[node.input[1]].T)
+    assert [n.input[0] for n in rewritten.graph.node if n.op_type == "Transpose"
+            and n.input[0] in initializers] == [weighted[0].input[1]]
     assert list(nodes[head.name].input) == list(head.input)
     assert nodes[head.name].op_type == "RowMatMulFloat"
     assert nodes["square"] == product and nodes["not_t"] == flipped
     order = [n.name for n in rewritten.graph.node]
-    assert all(order.index(f"{t.input[0]}/Transpose") < order.index(n.name)
-               for t in transposes for n in rewritten.graph.node if t.output[0] in n.input)
+    made = {o: n.name for n in rewritten.graph.node for o in n.output}
+    assert all(order.index(made[i]) < order.index(n.name)
+               for n in rewritten.graph.node for i in n.input if i in made)
     assert (CELLSPEC_DOMAIN, 1) in {(o.domain, o.version) for o in rewritten.opset_import}
+
+
+def tiny_projection(op_inputs: dict, weights: dict, op: str = "MatMul", **attributes):
+    """A graph of one node `op` (x and the weights by name) over float16 initializers."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node(op, list(op_inputs), ["y"], name="p", **attributes)], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT16, None)],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT16, None)],
+        initializer=[onnx.numpy_helper.from_array(w, name) for name, w in weights.items()])
+    return onnx.helper.make_model(graph)
+
+
+@pytest.mark.parametrize("K,N,tiled", [(64, 24, True), (48, 24, False), (64, 20, False)])
+def test_a_weight_is_tiled_only_where_its_k_and_n_fit_the_tiles(K, N, tiled):
+    """K a multiple of 32 and N of 8: tiled; otherwise the Transpose as before."""
+    w = np.arange(K * N, dtype=np.float16).reshape(K, N)
+    rewritten = projections_for_cuda(tiny_projection({"x": 0, "w": 0}, {"w": w}))
+    row = next(n for n in rewritten.graph.node if n.name == "p")
+    got = weight_read(rewritten, row.input[1])
+    if tiled:
+        assert row.input[1] == "w/tiled"
+        np.testing.assert_array_equal(untiled(got), w.T)
+    else:
+        assert row.input[1] == "w/T"
+        np.testing.assert_array_equal(got, w.T)
+
+
+def test_a_swiglu_projection_tiles_gate_and_up_side_by_side():
+    """RowMatMulSwiGlu's weight [K, 2 I] -> [I / 8, K / 32, 2, 8, 32]: tile t, chunk c holds gate
+    rows 8 t .. 8 t + 7 then the same up rows, each chunk's 32 k."""
+    K, inner = 64, 16
+    w = np.arange(K * 2 * inner, dtype=np.float16).reshape(K, 2 * inner)
+    model = tiny_projection({"x": 0, "w": 0}, {"w": w})
+    model.graph.node[0].output[0] = "up"
+    model.graph.node.append(onnx.helper.make_node("SwiGluFloat16", ["up"], ["y"], name="glu",
+                                                  domain=CELLSPEC_DOMAIN))
+    rewritten = projections_for_cuda(model)
+    (row,) = [n for n in rewritten.graph.node if n.op_type == "RowMatMulSwiGluFloat16"]
+    got = weight_read(rewritten, row.input[1])
+    assert row.input[1] == "w/tiled" and got.shape == (inner // 8, K // 32, 2, 8, 32)
+    np.testing.assert_array_equal(got[1, 0, 1, 2], w[:32, inner + 8 + 2])  # up row 10, chunk 0
+    np.testing.assert_array_equal(untiled(got), w.T)
+
+
+def test_a_rotary_projection_tiles_its_rows_in_the_kernels_order():
+    """RowMatMulRotary's tiled weight holds the rows of w^T in rotary_row_order: each tile of
+    a q or k head's 8 outputs the 4 rotation pairs (d, d + D / 2) its lanes sum."""
+    order = rotary_row_order(2, 1, 16)
+    half = 8
+    assert list(order[:8]) == [0, half, 1, half + 1, 2, half + 2, 3, half + 3]
+    assert list(order[8:16]) == [4, half + 4, 5, half + 5, 6, half + 6, 7, half + 7]
+    assert list(order[16:24]) == [16, 16 + half, 17, 17 + half, 18, 18 + half, 19, 19 + half]
+    assert sorted(order) == list(range(64)) and list(order[48:]) == list(range(48, 64))
+    assert list(rotary_row_order(1, 1, 24)[:8]) == [0, 12, 1, 13, 2, 14, 3, 15]
+    assert list(rotary_row_order(1, 1, 24)[16:24]) == [8, 20, 9, 21, 10, 22, 11, 23]
 
 
 def product_read_twice(llama_artifact, op: str):
@@ -353,7 +480,7 @@ def test_a_swiglu_of_a_row_matmul_becomes_one_op_unless_the_product_is_read_else
     nodes = {n.name: n for n in rewritten.graph.node}
     fused = nodes[products[0].name]
     assert fused.op_type == "RowMatMulSwiGluFloat" and swiglus[0].name not in nodes
-    assert list(fused.input) == [products[0].input[0], f"{products[0].input[1]}/T"]
+    assert list(fused.input) == [products[0].input[0], f"{products[0].input[1]}/tiled"]
     assert list(fused.output) == [swiglus[0].output[0], f"{products[0].name}/scratch"]
     order = [n.name for n in rewritten.graph.node]
     readers = [n.name for n in rewritten.graph.node if swiglus[0].output[0] in n.input]
@@ -374,7 +501,7 @@ def test_a_rotary_cell_attention_of_a_row_matmul_takes_the_rotation_into_the_pro
     fused, attention = nodes[projections[0].name], nodes[attentions[0].name]
     old = attentions[0]
     assert (fused.op_type, attention.op_type) == ("RowMatMulRotaryFloat", "CellAttentionFloat")
-    assert list(fused.input) == [projections[0].input[0], f"{projections[0].input[1]}/T",
+    assert list(fused.input) == [projections[0].input[0], f"{projections[0].input[1]}/tiled",
                                  old.input[1], old.input[2], "positions"]
     assert list(fused.output) == [old.output[3], old.output[1], old.output[2],
                                   f"{projections[0].name}/scratch"]
