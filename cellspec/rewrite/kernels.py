@@ -241,7 +241,7 @@ def _tile_weights(nodes: list[onnx.NodeProto], initializers: dict, outputs: set[
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1
     producers = {o: n for n in nodes for o in n.output}
-    tiled, gone, out = {}, set(), []
+    tiled, gone, out, retargeted = {}, set(), [], {}
     for node in nodes:
         kind = node.op_type[len(ROW_MATMUL):]
         if node.domain != CELLSPEC_DOMAIN or not node.op_type.startswith(ROW_MATMUL) \
@@ -294,9 +294,12 @@ def _tile_weights(nodes: list[onnx.NodeProto], initializers: dict, outputs: set[
                                    name=f"{name}/Transpose", perm=perm)]
         if source is not None and transposed:
             gone.add(source.name)
-        node.input[1] = name
+        copy = onnx.NodeProto()  # the caller's node stays as it was
+        copy.CopyFrom(node)
+        copy.input[1] = name
+        retargeted[id(node)] = copy
         out.extend(steps)
-    out.extend(n for n in nodes if n.name not in gone)
+    out.extend(retargeted.get(id(n), n) for n in nodes if n.name not in gone)
     return out, list(tiled.values())
 
 

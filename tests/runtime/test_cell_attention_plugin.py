@@ -417,9 +417,16 @@ def tiny_projection(op_inputs: dict, weights: dict, op: str = "MatMul", **attrib
 
 @pytest.mark.parametrize("K,N,tiled", [(64, 24, True), (48, 24, False), (64, 20, False)])
 def test_a_weight_is_tiled_only_where_its_k_and_n_fit_the_tiles(K, N, tiled):
-    """K a multiple of 32 and N of 8: tiled; otherwise the Transpose as before."""
+    """K a multiple of 32 and N of 8: tiled; otherwise the Transpose as before. The input graph
+    is left as it was, and a rewritten one has nothing more to tile."""
     w = np.arange(K * N, dtype=np.float16).reshape(K, N)
-    rewritten = projections_for_cuda(tiny_projection({"x": 0, "w": 0}, {"w": w}))
+    model = tiny_projection({"x": 0, "w": 0}, {"w": w})
+    before = model.SerializeToString()
+    rewritten = projections_for_cuda(model)
+    assert model.SerializeToString() == before  # the caller's graph as it was
+    again = projections_for_cuda(rewritten)  # nothing left to rewrite
+    assert [n.input[1] for n in again.graph.node if n.name == "p"] == \
+        [n.input[1] for n in rewritten.graph.node if n.name == "p"]
     row = next(n for n in rewritten.graph.node if n.name == "p")
     got = weight_read(rewritten, row.input[1])
     if tiled:
