@@ -236,12 +236,9 @@ def _tile_weights(nodes: list[onnx.NodeProto], initializers: dict, outputs: set[
     layers' projections and head on the H200); its sums, and so every output, stay the same bit
     for bit. A tied head (its initializer also the embedding's) keeps its layout: tiling would
     keep a second copy on the device. Returns the nodes and the initializers the tiling adds."""
-    readers: dict[str, int] = {}
-    for node in nodes:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    readers = _readers(nodes)
     producers = {o: n for n in nodes for o in n.output}
-    tiled, gone, out, retargeted = {}, set(), [], {}
+    added, gone, out, retargeted = {}, set(), [], {}
     for node in nodes:
         kind = node.op_type[len(ROW_MATMUL):]
         if node.domain != CELLSPEC_DOMAIN or not node.op_type.startswith(ROW_MATMUL) \
@@ -249,11 +246,11 @@ def _tile_weights(nodes: list[onnx.NodeProto], initializers: dict, outputs: set[
             continue
         weight, source = node.input[1], producers.get(node.input[1])
         if source is not None and source.op_type == "Transpose" \
-                and source.input[0] in initializers and readers[weight] == 1:
+                and source.input[0] in initializers and len(readers[weight]) == 1:
             init = initializers[source.input[0]]
             K, N = init.dims
             transposed = True
-        elif weight in initializers and readers[weight] == 1 \
+        elif weight in initializers and len(readers[weight]) == 1 \
                 and len(initializers[weight].dims) == 2:
             init = initializers[weight]
             N, K = init.dims
@@ -277,7 +274,7 @@ def _tile_weights(nodes: list[onnx.NodeProto], initializers: dict, outputs: set[
             steps.append(helper.make_node("Gather", [source_name, f"{name}/rows"],
                                           [f"{name}/ordered"], name=f"{name}/Gather",
                                           axis=1 if transposed else 0))
-            tiled[f"{name}/rows"] = numpy_helper.from_array(order.astype(np.int64),
+            added[f"{name}/rows"] = numpy_helper.from_array(order.astype(np.int64),
                                                             f"{name}/rows")
             source_name = f"{name}/ordered"
         if kind.startswith("SwiGlu"):  # [N / 16, K / 32, 2, 8, 32]: gate and up side by side
@@ -286,7 +283,7 @@ def _tile_weights(nodes: list[onnx.NodeProto], initializers: dict, outputs: set[
         else:  # [N / 8, K / 32, 8, 32]
             shape, perm = (([K // 32, 32, N // 8, 8], [2, 0, 3, 1]) if transposed else
                            ([N // 8, 8, K // 32, 32], [0, 2, 1, 3]))
-        tiled[f"{name}/shape"] = numpy_helper.from_array(np.array(shape, np.int64),
+        added[f"{name}/shape"] = numpy_helper.from_array(np.array(shape, np.int64),
                                                          f"{name}/shape")
         steps += [helper.make_node("Reshape", [source_name, f"{name}/shape"],
                                    [f"{name}/blocks"], name=f"{name}/Reshape"),
@@ -300,20 +297,17 @@ def _tile_weights(nodes: list[onnx.NodeProto], initializers: dict, outputs: set[
         retargeted[id(node)] = copy
         out.extend(steps)
     out.extend(retargeted.get(id(n), n) for n in nodes if n.name not in gone)
-    return out, list(tiled.values())
+    return out, list(added.values())
 
 
 def _sole_products(nodes: list[onnx.NodeProto], outputs: set[str]) -> dict[str, onnx.NodeProto]:
     """The plain RowMatMul* nodes by their product's name, where one node input reads that
     product and it is no graph output: what a fusion may take into its reader."""
-    readers: dict[str, int] = {}
-    for node in nodes:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    readers = _readers(nodes)
     return {n.output[0]: n for n in nodes if n.domain == CELLSPEC_DOMAIN
             and n.op_type.startswith(ROW_MATMUL)
             and n.op_type[len(ROW_MATMUL):] in TYPE_SUFFIX.values()
-            and readers.get(n.output[0], 0) == 1 and n.output[0] not in outputs}
+            and len(readers.get(n.output[0], [])) == 1 and n.output[0] not in outputs}
 
 
 def _fuse_row_swiglu(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
