@@ -860,10 +860,11 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
   const int chunks = (K + 31) / 32;
   const int begin = slice * chunks / kSlices, end = (slice + 1) * chunks / kSlices;
   // where lane (g, t) finds its 8 values of chunk c of weight set `set`: at weight(set) + c *
-  // chunk_step. Rows: w [kSets N, K], row w_row. Tiled: w [N / 8, chunks, kSets, 8, 32] (K a
-  // multiple of 32, N of 8), so that a warp's 16-byte loads of a chunk are 512 contiguous bytes
-  // a set, and a chunk's sets lie side by side.
-  const int64_t chunk_step = tiled ? 256 * kSets : 32;
+  // the layout's stride. Rows: w [kSets N, K], row w_row, stride 32. Tiled: w [N / 8, chunks,
+  // kSets, 8, 32] (K a multiple of 32, N of 8), stride 256 kSets, so that a warp's 16-byte loads
+  // of a chunk are 512 contiguous bytes a set, and a chunk's sets lie side by side. The main
+  // loop is built once per layout, its stride a compile-time constant: a run-time one cost the
+  // shallow builds 6-12 registers (bench/NOTES.md, 2026-12-04, ninth sitting).
   auto weight = [&](int set) {
     return tiled ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 + g * 32 + 8 * t
                  : w + (static_cast<int64_t>(set) * N + w_row) * K + 8 * t;
@@ -881,46 +882,56 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
         if (begin + u < end && k < K && has_n)
 #pragma unroll
           for (int set = 0; set < kSets; ++set)
-            prefetch_l2(weight(set) + (begin + u) * chunk_step);
+            prefetch_l2(weight(set) + (begin + u) * (tiled ? 256 * kSets : 32));
       }
     wait_for_predecessor();
   }
-  for (int base = begin; base < end; base += kLoads) {
-    uint4 wv[kLoads][kSets], xv[kLoads][kMTiles][2];
+  auto run = [&](auto step) {
+    constexpr int64_t kStep = decltype(step)::value;
+    const T* weights[kSets];
 #pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int k = (base + u) * 32 + 8 * t;
-      const bool in_k = base + u < end && k < K;
+    for (int set = 0; set < kSets; ++set) weights[set] = weight(set);
+    for (int base = begin; base < end; base += kLoads) {
+      uint4 wv[kLoads][kSets], xv[kLoads][kMTiles][2];
 #pragma unroll
-      for (int set = 0; set < kSets; ++set)
-        wv[u][set] = in_k && has_n ? *reinterpret_cast<const uint4*>(
-                                         weight(set) + (base + u) * chunk_step)
-                                   : zero;
+      for (int u = 0; u < kLoads; ++u) {
+        const int k = (base + u) * 32 + 8 * t;
+        const bool in_k = base + u < end && k < K;
 #pragma unroll
-      for (int m = 0; m < kMTiles; ++m)
+        for (int set = 0; set < kSets; ++set)
+          wv[u][set] = in_k && has_n ? *reinterpret_cast<const uint4*>(
+                                           weights[set] + (base + u) * kStep)
+                                     : zero;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int r = r0 + 16 * m + 8 * half + g;
-          xv[u][m][half] = in_k && r < rows ? *reinterpret_cast<const uint4*>(
-                                                  x + static_cast<int64_t>(r) * K + k)
-                                            : zero;
-        }
-    }
+        for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      if (base + u >= end) break;
+          for (int half = 0; half < 2; ++half) {
+            const int r = r0 + 16 * m + 8 * half + g;
+            xv[u][m][half] = in_k && r < rows ? *reinterpret_cast<const uint4*>(
+                                                    x + static_cast<int64_t>(r) * K + k)
+                                              : zero;
+          }
+      }
 #pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
-        const uint4 lo = xv[u][m][0], hi = xv[u][m][1];
+      for (int u = 0; u < kLoads; ++u) {
+        if (base + u >= end) break;
 #pragma unroll
-        for (int set = 0; set < kSets; ++set) {
-          const uint4 b = wv[u][set];
-          mma_16816<T>(acc[m][set], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-          mma_16816<T>(acc[m][set], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+        for (int m = 0; m < kMTiles; ++m) {
+          const uint4 lo = xv[u][m][0], hi = xv[u][m][1];
+#pragma unroll
+          for (int set = 0; set < kSets; ++set) {
+            const uint4 b = wv[u][set];
+            mma_16816<T>(acc[m][set], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+            mma_16816<T>(acc[m][set], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+          }
         }
       }
     }
-  }
+  };
+  if (tiled)
+    run(std::integral_constant<int64_t, 256 * kSets>{});
+  else
+    run(std::integral_constant<int64_t, 32>{});
   if (kSlices > 1) {
     if (slice > 0) {
 #pragma unroll
@@ -1058,10 +1069,10 @@ auto row_kernel_for(int slices) {
 
 int multiprocessors();
 
-// how many blocks of `kernel` this process's device holds at once (a kernel's resources do not
-// change, so each is asked once)
+// how many blocks of `kernel`, `threads` wide, one multiprocessor holds at once (its registers
+// and shared memory). A kernel's resources do not change, so each is asked of the device once.
 template <typename Kernel>
-int resident_row_blocks(Kernel kernel) {
+int resident_blocks(Kernel kernel, int threads) {
   static std::mutex mutex;
   static std::vector<std::pair<const void*, int>> known;
   std::lock_guard<std::mutex> lock(mutex);
@@ -1069,10 +1080,9 @@ int resident_row_blocks(Kernel kernel) {
   for (const auto& [k, blocks] : known)
     if (k == key) return blocks;
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRowWarps, 0) !=
-      cudaSuccess)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess)
     per_sm = 1;
-  known.emplace_back(key, std::max(per_sm, 1) * multiprocessors());
+  known.emplace_back(key, std::max(per_sm, 1));
   return known.back().second;
 }
 
@@ -1089,7 +1099,8 @@ auto row_tile_kernel(int slices, int run_chunks, int64_t blocks) {
   const auto shallow = row_kernel_for<T, kKind, 1, kOverlap, false>(slices);
   if (run_chunks < kDeepChunks) return shallow;
   const auto deep = row_kernel_for<T, kKind, 1, kOverlap, true>(slices);
-  const int64_t a = resident_row_blocks(shallow), b = resident_row_blocks(deep);
+  const int64_t a = int64_t{resident_blocks(shallow, 32 * kRowWarps)} * multiprocessors(),
+                b = int64_t{resident_blocks(deep, 32 * kRowWarps)} * multiprocessors();
   return (blocks + b - 1) / b <= (blocks + a - 1) / a ? deep : shallow;
 }
 
@@ -1386,18 +1397,10 @@ int multiprocessors() {
   return count;
 }
 
-// chunk_kernel's blocks of `heads` heads that one multiprocessor holds at once (its registers
-// and shared memory), asked of the device once per form
+// chunk_kernel's blocks of `heads` heads that one multiprocessor holds at once
 template <typename T>
 int resident_chunk_blocks(int heads) {
-  static int counts[2] = {0, 0};
-  int& count = counts[heads >= 4 ? 1 : 0];
-  if (count == 0) {
-    int value = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&value, chunk_kernel_for<T>(heads), kChunk, 0);
-    count = value > 0 ? value : 1;
-  }
-  return count;
+  return resident_blocks(chunk_kernel_for<T>(heads), kChunk);
 }
 
 // The launch shape. A block's rows run one after another (a key is loaded once for them), and
