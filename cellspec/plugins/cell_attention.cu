@@ -541,6 +541,13 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
     wait_for_predecessor();
   }
   const int lane32 = t & 31, warp = t >> 5;
+  // the key's cell and mask bit first: their loads are in flight while the query and the new
+  // tokens' columns are loaded. On the H200 this took 1-3% off the kernel; the same order in
+  // chunk_kernel was 1% slower, and this kernel's values loaded with its keys (96 registers, one
+  // block a multiprocessor) 43% slower at 16 rows a step (bench/NOTES.md, 2026-12-04, ninth
+  // sitting).
+  const int64_t cell = key < dm.N ? cell_table[s * dm.N + key] : 0;
+  const bool sees_cell = key < dm.N && mask[row * (dm.N + dm.Q) + key];
 
   if (threadIdx.x < D) query[threadIdx.x] = to_float(q[(row * dm.H + h0) * dm.D + threadIdx.x]);
   new_col[g][t] = -1;
@@ -555,8 +562,6 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
   }
   __syncthreads();
 
-  const int64_t cell = key < dm.N ? cell_table[s * dm.N + key] : 0;
-  const bool sees_cell = key < dm.N && mask[row * (dm.N + dm.Q) + key];
   const T *key_row = nullptr, *val_row = nullptr;
   if (sees_cell) {
     key_row = k_pool + cell * kv_width + kv_offset;
