@@ -8,6 +8,12 @@
 //
 //   nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" tools/cell_attention_probe.cu \
 //       -o /tmp/probe && /tmp/probe
+//
+// `/tmp/probe pair` times pair_kernel instead (steps tiled one (row, head) pair a block over 2-4
+// chunks: decode steps and verifies over a few hundred cells), next to an empty kernel of the
+// same launch shape. Built with -DCELLSPEC_STAGE_CLOCKS, it also prints the median
+// multiprocessor cycles and microseconds each of the kernel's stages took over the blocks (the
+// plugin's build has no clocks; the mode's hashes are the plugin's kernel's all the same).
 #include "../cellspec/plugins/cell_attention.cu"
 #include <algorithm>
 #include <cstdio>
@@ -27,8 +33,34 @@ std::vector<T> random_values(size_t n) {
   return v;
 }
 
+__global__ void empty_kernel() {}
+
+#ifdef CELLSPEC_STAGE_CLOCKS
+// the median over the first `blocks` blocks of each stage's cycles (stage_clocks[b][i + 1] -
+// stage_clocks[b][i]), then of the whole kernel
+void print_stages(int64_t blocks) {
+  static long long clocks[kStageBlocks][kStages];
+  cudaMemcpyFromSymbol(clocks, stage_clocks, sizeof(clocks));
+  int device = 0, khz = 1;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device);
+  const int64_t n = std::min<int64_t>(blocks, kStageBlocks);
+  const char* names[kStages] = {"query, new columns", "new tokens' keys", "key rows", "seen",
+                                "scores", "max", "sum", "weighted sum", "combine, output",
+                                "whole block"};
+  std::vector<long long> d(n);
+  for (int i = 0; i < kStages; ++i) {
+    for (int64_t b = 0; b < n; ++b)
+      d[b] = i + 1 < kStages ? clocks[b][i + 1] - clocks[b][i] : clocks[b][kStages - 1] - clocks[b][0];
+    std::nth_element(d.begin(), d.begin() + n / 2, d.end());
+    printf("    %-20s %7lld cycles %6.2f us\n", names[i], d[n / 2], 1e3 * d[n / 2] / khz);
+  }
+}
+#endif
+
 template <typename T>
-void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int reps) {
+void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int reps,
+         bool pair = false) {
   const int cells = S * N + 64;
   const std::vector<T> host_pool = random_values<T>((size_t)cells * KV * D);
   const std::vector<T> host_vpool = random_values<T>(host_pool.size());
@@ -67,7 +99,14 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   cudaMemcpy(positions, pos.data(), 8 * pos.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(mask, m.data(), m.size(), cudaMemcpyHostToDevice);
   Dims dm{S, Q, N, H, KV, D, (N + Q + kChunk - 1) / kChunk, 0.125f, 1, 1, 1, 1};
-  if (heads > 0) {
+  if (pair) {  // one (row, head) pair a block, as the plugin launches pair_kernel
+    if (dm.chunks < 2 || dm.chunks > kMaxInBlockChunks) {
+      printf("S=%d Q=%d N=%d: %lld chunks, pair_kernel takes 2 to %d\n", S, Q, N,
+             (long long)dm.chunks, kMaxInBlockChunks);
+      return;
+    }
+    dm.row_tiles = Q;
+  } else if (heads > 0) {
     dm.heads = heads; dm.rows = rows; dm.row_tiles = (Q + rows - 1) / rows;
   } else {
     tile(dm, resident_chunk_blocks<T>);
@@ -77,13 +116,18 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
   cudaEvent_t a, b, c;
   cudaEventCreate(&a); cudaEventCreate(&b); cudaEventCreate(&c);
-  for (int w = 0; w < 3; ++w)
-    chunk_kernel_for<T>(dm.heads)<<<blocks, kChunk>>>(q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
+  auto launch = [&] {
+    if (pair)
+      pair_kernel<T, false><<<S * Q * H, kChunk * dm.chunks>>>(
+          q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, out);
+    else
+      chunk_kernel_for<T>(dm.heads)<<<blocks, kChunk>>>(q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
+  };
+  for (int w = 0; w < 3; ++w) launch();
   cudaEventRecord(a);
-  for (int r = 0; r < reps; ++r)
-    chunk_kernel_for<T>(dm.heads)<<<blocks, kChunk>>>(q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
+  for (int r = 0; r < reps; ++r) launch();
   cudaEventRecord(b);
-  for (int r = 0; r < reps && dm.chunks > 1; ++r)  // one chunk: chunk_kernel wrote the output
+  for (int r = 0; r < reps && dm.chunks > 1 && !pair; ++r)  // one chunk: chunk_kernel wrote the output
     combine_kernel<T, false><<<S * Q * H, D < 128 ? D : 128, combine_bytes(dm)>>>(partials, dm, out);
   cudaEventRecord(c);
   cudaEventSynchronize(c);
@@ -131,15 +175,46 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
           max_err = std::max(max_err, std::fabs(have - want));
         }
       }
-  printf("S=%d Q=%d N=%d H=%d KV=%d D=%d heads/block=%d rows/block=%d blocks=%lld chunks=%lld: chunk %.2f us, combine %.2f us, max err %.1e, hash %016llx  (%s)\n",
-         S, Q, N, H, KV, D, dm.heads, dm.rows, (long long)blocks, (long long)dm.chunks,
-         1e3 * chunk_ms / reps, 1e3 * combine_ms / reps, max_err, (unsigned long long)hash,
-         cudaGetErrorString(cudaGetLastError()));
+  if (pair) {
+    const unsigned grid = static_cast<unsigned>(S * Q * H), threads = kChunk * dm.chunks;
+    for (int w = 0; w < 3; ++w) empty_kernel<<<grid, threads>>>();
+    cudaEventRecord(a);
+    for (int r = 0; r < reps; ++r) empty_kernel<<<grid, threads>>>();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float empty_ms;
+    cudaEventElapsedTime(&empty_ms, a, b);
+    printf("S=%d Q=%d N=%d H=%d KV=%d D=%d blocks=%u threads=%u: pair %.2f us, empty kernel %.2f us, max err %.1e, hash %016llx  (%s)\n",
+           S, Q, N, H, KV, D, grid, threads, 1e3 * chunk_ms / reps, 1e3 * empty_ms / reps,
+           max_err, (unsigned long long)hash, cudaGetErrorString(cudaGetLastError()));
+#ifdef CELLSPEC_STAGE_CLOCKS
+    launch();
+    cudaDeviceSynchronize();
+    print_stages(grid);
+#endif
+  } else {
+    printf("S=%d Q=%d N=%d H=%d KV=%d D=%d heads/block=%d rows/block=%d blocks=%lld chunks=%lld: chunk %.2f us, combine %.2f us, max err %.1e, hash %016llx  (%s)\n",
+           S, Q, N, H, KV, D, dm.heads, dm.rows, (long long)blocks, (long long)dm.chunks,
+           1e3 * chunk_ms / reps, 1e3 * combine_ms / reps, max_err, (unsigned long long)hash,
+           cudaGetErrorString(cudaGetLastError()));
+  }
   cudaFree(q); cudaFree(k_new); cudaFree(v_new); cudaFree(k_pool); cudaFree(v_pool); cudaFree(out);
   cudaFree(table); cudaFree(positions); cudaFree(mask); cudaFree(partials);
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "pair") {
+    // the gpu_bench.py kernels shapes at 256 cells (3 chunks): SmolLM2's heads (A) and Qwen3-8B's
+    // (B), one row and a 16-row verify, and A's decode at 8 sessions
+    run<__half>(1, 1, 256, 9, 3, 64, 0, 0, 200, true);
+    run<__half>(1, 16, 256, 9, 3, 64, 0, 0, 200, true);
+    run<__half>(8, 1, 256, 9, 3, 64, 0, 0, 200, true);
+    run<__half>(1, 1, 256, 32, 8, 128, 0, 0, 200, true);
+    run<__half>(1, 16, 256, 32, 8, 128, 0, 0, 100, true);
+    run<__half>(1, 1, 128, 9, 3, 64, 0, 0, 200, true);  // 2 chunks
+    run<__half>(1, 1, 500, 9, 3, 64, 0, 0, 200, true);  // 4 chunks
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "verify") {
     // verify-shaped steps of SmolLM2's heads at 1024 cells: the launch's tiling, then 3 heads a
     // block with each row count (the hashes must all agree within a shape)

@@ -502,6 +502,19 @@ __global__ void combine_kernel(const float* __restrict__ partials, Dims dm, T* _
 }
 
 // Steps whose tiling is one (row, head) pair a block (tile: rows 1, heads 1) over 2 to
+// pair_kernel's stage clocks, for tools/cell_attention_probe.cu's `stages` mode only (compiled
+// with -DCELLSPEC_STAGE_CLOCKS; the plugin never is): thread 0 of each of the first
+// kStageBlocks blocks notes its multiprocessor's clock at the kernel's start, after each of its
+// 8 barriers and at its end, so that a probe sees where a short step's microseconds go.
+#ifdef CELLSPEC_STAGE_CLOCKS
+constexpr int kStages = 10, kStageBlocks = 4096;
+__device__ long long stage_clocks[kStageBlocks][kStages];
+#define CELLSPEC_STAGE(i) \
+  if (threadIdx.x == 0 && blockIdx.x < kStageBlocks) stage_clocks[blockIdx.x][i] = clock64()
+#else
+#define CELLSPEC_STAGE(i)
+#endif
+
 // kMaxInBlockChunks chunks: one block per pair, one group of kChunk threads per chunk, each group
 // doing chunk_kernel's arithmetic for its chunk with that tiling (the same operations in the same
 // order: a pair's sums do not depend on its block), its partials kept in shared memory, then the
@@ -536,6 +549,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
   const int64_t kv_offset = (h0 / (dm.H / dm.KV)) * dm.D;
   const int64_t first = static_cast<int64_t>(g) * kChunk;
   const int64_t key = first + t;
+  CELLSPEC_STAGE(0);
   if constexpr (kOverlap) {
     allow_dependents();
     wait_for_predecessor();
@@ -552,6 +566,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
   if (threadIdx.x < D) query[threadIdx.x] = to_float(q[(row * dm.H + h0) * dm.D + threadIdx.x]);
   new_col[g][t] = -1;
   __syncthreads();
+  CELLSPEC_STAGE(1);
   {
     const bool* mask_row = mask + row * (dm.N + dm.Q);
     for (int64_t i = t; i < dm.Q; i += kChunk) {
@@ -561,6 +576,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
     }
   }
   __syncthreads();
+  CELLSPEC_STAGE(2);
 
   const T *key_row = nullptr, *val_row = nullptr;
   if (sees_cell) {
@@ -574,8 +590,10 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
   value_rows[g][t] = val_row;
   if (t == 0) seen[g] = 0;
   __syncthreads();
+  CELLSPEC_STAGE(3);
   if (key_row != nullptr) seen[g] = 1;  // (any thread: a benign race to the same value)
   __syncthreads();
+  CELLSPEC_STAGE(4);
   const bool active = seen[g] != 0;  // else the chunk's partials are chunk_kernel's empty ones
 
   // the weighted sum's layout (chunk_kernel's)
@@ -621,6 +639,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
     weight[g][t] = key_row != nullptr ? dot * dm.scale : -INFINITY;
   }
   __syncthreads();
+  CELLSPEC_STAGE(5);
 
   load_values(0);
   {
@@ -628,6 +647,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
     if (lane32 == 0) max_part[g][warp] = m;
   }
   __syncthreads();
+  CELLSPEC_STAGE(6);
   {
     const float score = weight[g][t];
     const float e = score != -INFINITY ? expf(score - fold<true>(max_part[g])) : 0.f;
@@ -636,6 +656,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
     if (lane32 == 0) sum_part[g][warp] = l;
   }
   __syncthreads();
+  CELLSPEC_STAGE(7);
 
   constexpr int kV = Vec<T>::kSize;
   float acc[kV];
@@ -667,6 +688,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
     for (int i = 0; i < kV; ++i) part[g][2 + vec * kV + i] = active ? acc[i] : 0.f;
   }
   __syncthreads();
+  CELLSPEC_STAGE(8);
 
   // combine_kernel's arithmetic over the block's chunks
   if (threadIdx.x < D) {
@@ -685,6 +707,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
     }
     out[(row * dm.H + h0) * dm.D + d] = from_float<T>(l > 0.f ? acc_d / l : 0.f);
   }
+  CELLSPEC_STAGE(9);
 }
 
 // combine_kernel's shared memory: two floats per chunk, within the 48 KB a launch gets by default
