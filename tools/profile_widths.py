@@ -58,5 +58,6 @@ def main() -> None:
         print(f"{width:>5} {1e3 * best:>8.1f} {1e3 * median:>8.1f} {1e3 * best / width:>9.2f} "
               f"{best / base:>8.2f}")
 
+
 if __name__ == "__main__":
     main()

@@ -501,9 +501,8 @@ __global__ void combine_kernel(const float* __restrict__ partials, Dims dm, T* _
   }
 }
 
-// Steps whose tiling is one (row, head) pair a block (tile: rows 1, heads 1) over 2 to
-// pair_kernel's stage clocks, for tools/cell_attention_probe.cu's `stages` mode only (compiled
-// with -DCELLSPEC_STAGE_CLOCKS; the plugin never is): thread 0 of each of the first
+// pair_kernel's stage clocks, for tools/cell_attention_probe.cu's `pair` mode only (compiled with
+// -DCELLSPEC_STAGE_CLOCKS; the plugin never is): thread 0 of each of the first
 // kStageBlocks blocks notes its multiprocessor's clock at the kernel's start, after each of its
 // 8 barriers and at its end, so that a probe sees where a short step's microseconds go.
 #ifdef CELLSPEC_STAGE_CLOCKS
@@ -515,6 +514,7 @@ __device__ long long stage_clocks[kStageBlocks][kStages];
 #define CELLSPEC_STAGE(i)
 #endif
 
+// Steps whose tiling is one (row, head) pair a block (tile: rows 1, heads 1) over 2 to
 // kMaxInBlockChunks chunks: one block per pair, one group of kChunk threads per chunk, each group
 // doing chunk_kernel's arithmetic for its chunk with that tiling (the same operations in the same
 // order: a pair's sums do not depend on its block), its partials kept in shared memory, then the
@@ -893,6 +893,7 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
   // of a chunk are 512 contiguous bytes a set, and a chunk's sets lie side by side. The main
   // loop is built once per layout, its stride a compile-time constant: a run-time one cost the
   // shallow builds 6-12 registers (bench/NOTES.md, 2026-12-04, ninth sitting).
+  constexpr int64_t kRowStep = 32, kTiledStep = 256 * kSets;
   auto weight = [&](int set) {
     return tiled ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 + g * 32 + 8 * t
                  : w + (static_cast<int64_t>(set) * N + w_row) * K + 8 * t;
@@ -910,7 +911,7 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
         if (begin + u < end && k < K && has_n)
 #pragma unroll
           for (int set = 0; set < kSets; ++set)
-            prefetch_l2(weight(set) + (begin + u) * (tiled ? 256 * kSets : 32));
+            prefetch_l2(weight(set) + (begin + u) * (tiled ? kTiledStep : kRowStep));
       }
     wait_for_predecessor();
   }
@@ -957,9 +958,9 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
     }
   };
   if (tiled)
-    run(std::integral_constant<int64_t, 256 * kSets>{});
+    run(std::integral_constant<int64_t, kTiledStep>{});
   else
-    run(std::integral_constant<int64_t, 32>{});
+    run(std::integral_constant<int64_t, kRowStep>{});
   if (kSlices > 1) {
     if (slice > 0) {
 #pragma unroll
