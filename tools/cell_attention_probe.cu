@@ -14,6 +14,8 @@
 // same launch shape. Built with -DCELLSPEC_STAGE_CLOCKS, it also prints the median
 // multiprocessor cycles and microseconds each of the kernel's stages took over the blocks (the
 // plugin's build has no clocks; the mode's hashes are the plugin's kernel's all the same).
+// chunk_kernel reads its key rows through its staging buffer where the plugin would (the line's
+// "staged"); CELLSPEC_PROBE_STAGED=0 or 1 forces the choice, whose hashes must agree.
 #include "../cellspec/plugins/cell_attention.cu"
 #include <algorithm>
 #include <cstdio>
@@ -114,6 +116,9 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   cudaMalloc(&partials, sizeof(float) * S * Q * H * dm.chunks * (D + 2));
   cudaMalloc(&out, sizeof(T) * S * Q * H * D);
   const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
+  // the plugin's choice of staged key rows, or CELLSPEC_PROBE_STAGED=0 / 1's
+  const char* forced = std::getenv("CELLSPEC_PROBE_STAGED");
+  const bool staged = forced ? std::string(forced) == "1" : staged_keys<T>(dm, blocks, false);
   cudaEvent_t a, b, c;
   cudaEventCreate(&a); cudaEventCreate(&b); cudaEventCreate(&c);
   auto launch = [&] {
@@ -121,7 +126,7 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
       pair_kernel<T, false><<<S * Q * H, kChunk * dm.chunks>>>(
           q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, out);
     else
-      chunk_kernel_for<T>(dm.heads)<<<blocks, kChunk>>>(q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
+      chunk_kernel_for<T>(dm.heads, false, staged)<<<blocks, kChunk>>>(q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
   };
   for (int w = 0; w < 3; ++w) launch();
   cudaEventRecord(a);
@@ -193,8 +198,8 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
     print_stages(grid);
 #endif
   } else {
-    printf("S=%d Q=%d N=%d H=%d KV=%d D=%d heads/block=%d rows/block=%d blocks=%lld chunks=%lld: chunk %.2f us, combine %.2f us, max err %.1e, hash %016llx  (%s)\n",
-           S, Q, N, H, KV, D, dm.heads, dm.rows, (long long)blocks, (long long)dm.chunks,
+    printf("S=%d Q=%d N=%d H=%d KV=%d D=%d heads/block=%d rows/block=%d blocks=%lld chunks=%lld staged=%d: chunk %.2f us, combine %.2f us, max err %.1e, hash %016llx  (%s)\n",
+           S, Q, N, H, KV, D, dm.heads, dm.rows, (long long)blocks, (long long)dm.chunks, staged ? 1 : 0,
            1e3 * chunk_ms / reps, 1e3 * combine_ms / reps, max_err, (unsigned long long)hash,
            cudaGetErrorString(cudaGetLastError()));
   }

@@ -188,6 +188,87 @@ constexpr int kKeyLoads = 8;
 // the weighted sum's 16-byte value loads per lane in flight at once
 constexpr int kValueLoads = 8;
 
+// Each lane's key row, read by the whole warp: for each slice of kStageVecs 16-byte vectors, lane
+// l loads vector l % kStageVecs of rows l / kStageVecs + 8 j (j < 4) of the warp's 32 keys, so
+// that a load instruction touches 8 rows, not 32 (one row a thread, the H200's L1 spent a cycle
+// per row touched, about 2 of a SmolLM2 decode step's 6.6 us of attention a layer), into the
+// warp's staging buffer (kStageSlots vectors, swizzled so that neither its stores nor its reads
+// conflict), from which each lane takes its own row's vectors in order and calls use(vector
+// index, vector) on them. All the kKeyLoads loads of a round are in flight together, as before.
+// The caller's arithmetic, and so its rounding, is that of reading the row itself. Every lane of
+// the warp calls it; a lane whose key_row is null loads and uses nothing.
+constexpr int kStageVecs = 4;
+constexpr int kStageSlots = 32 * kStageVecs;
+
+__device__ __forceinline__ int stage_slot(int row, int v) {  // rows 2i and 2i + 1 share 128 bytes
+  return (row >> 1) * 8 + 4 * (row & 1) + (v ^ ((row >> 1) & 3));
+}
+
+template <typename T, typename Use>
+__device__ __forceinline__ void for_key_vectors(const T* key_row, int vectors, uint4* stage,
+                                                Use use) {
+  static_assert(kKeyLoads % kStageVecs == 0 && kStageVecs == 4, "stage_slot's swizzle is for 4");
+  constexpr int kRowsAtOnce = 32 / kStageVecs;
+  constexpr int kLoadsPerSlice = 32 / kRowsAtOnce;
+  const int lane = threadIdx.x & 31;
+  if (!__any_sync(0xffffffffu, key_row != nullptr)) return;
+  const T* src[kLoadsPerSlice];
+#pragma unroll
+  for (int j = 0; j < kLoadsPerSlice; ++j)
+    src[j] = reinterpret_cast<const T*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(key_row),
+                    j * kRowsAtOnce + lane / kStageVecs));
+#pragma unroll 1
+  for (int base = 0; base < vectors; base += kKeyLoads) {
+    uint4 raw[kKeyLoads];
+#pragma unroll
+    for (int u = 0; u < kKeyLoads; ++u) {  // slice u / kLoadsPerSlice, row j = u % kLoadsPerSlice
+      const int v = base + (u / kLoadsPerSlice) * kStageVecs + lane % kStageVecs;
+      const T* row = src[u % kLoadsPerSlice];
+      raw[u] = make_uint4(0, 0, 0, 0);
+      if (row != nullptr && v < vectors)
+        raw[u] = *reinterpret_cast<const uint4*>(row + v * Vec<T>::kSize);
+    }
+#pragma unroll
+    for (int slice = 0; slice < kKeyLoads / kStageVecs; ++slice) {
+      if (base + slice * kStageVecs >= vectors) break;
+      __syncwarp();  // the slice before is read
+#pragma unroll
+      for (int j = 0; j < kLoadsPerSlice; ++j)
+        stage[stage_slot(j * kRowsAtOnce + lane / kStageVecs, lane % kStageVecs)] =
+            raw[slice * kLoadsPerSlice + j];
+      __syncwarp();
+      if (key_row == nullptr) continue;
+#pragma unroll
+      for (int v = 0; v < kStageVecs; ++v) {
+        const int vec = base + slice * kStageVecs + v;
+        if (vec < vectors) use(vec, stage[stage_slot(lane, v)]);
+      }
+    }
+  }
+}
+
+// The same vectors in the same order, each lane loading its own key row (one row a thread):
+// chunk_kernel's way where a step has blocks for more than one wave of it, which run faster with
+// the staging buffer's registers and shared memory given back to more resident blocks (on the
+// H200, a 32-session decode step and a verify of 8 x 16 rows over 1,024 cells ran 25% and 10%
+// slower staged; steps of one wave, 3-14% faster: bench/NOTES.md, 2026-12-04, tenth sitting).
+template <typename T, typename Use>
+__device__ __forceinline__ void for_key_vectors_unstaged(const T* key_row, int vectors, Use use) {
+  if (key_row == nullptr) return;
+#pragma unroll 1
+  for (int base = 0; base < vectors; base += kKeyLoads) {
+    uint4 raw[kKeyLoads];
+#pragma unroll
+    for (int u = 0; u < kKeyLoads; ++u)
+      if (base + u < vectors)
+        raw[u] = *reinterpret_cast<const uint4*>(key_row + (base + u) * Vec<T>::kSize);
+#pragma unroll
+    for (int u = 0; u < kKeyLoads; ++u)
+      if (base + u < vectors) use(base + u, raw[u]);
+  }
+}
+
 // v summed over a warp's lanes kg * nv + vi for kg = 0 .. groups - 1 (the lane's own vi): a
 // tree over the groups padded with zeros to a power of two, whose result lane vi (kg 0) holds.
 // Every lane of the warp calls it; the order depends on groups and nv only.
@@ -206,14 +287,15 @@ __device__ __forceinline__ float sum_groups(float v, int groups, int nv, int kg)
 // kv head, chunk of kChunk keys): for each (row, head) pair of the block, the max, the sum of
 // exp and the weighted sum of the chunk's keys, written as the output when the step has one
 // chunk, else as partials for combine_kernel. Thread t holds key t (loaded once for the block's
-// heads; the rows of a tile read it again, from L1). For the weighted sum warp w takes nv of a
+// heads; the rows of a tile read it again, from L1), through the warp's staging buffer in the
+// kStaged build (for_key_vectors), else by itself. For the weighted sum warp w takes nv of a
 // value row's 16-byte vectors (nv = vectors / kWarps rounded up) for all the chunk's keys: lane
 // (kg, vi) = (lane / nv, lane % nv) sums keys kg, kg + groups, ... (groups = 32 / nv) of vector
 // w nv + vi in registers, kValueLoads loads in flight at once (a tile's first ones issued right
 // after the scores, to arrive during the softmax's reductions), then sum_groups adds the lanes'
 // sums across kg. A pair's arithmetic is the same whatever the tile it is in, so the launch
 // shape (chosen per step for occupancy) cannot change a result.
-template <typename T, int kSumHeads, bool kOverlap>
+template <typename T, int kSumHeads, bool kOverlap, bool kStaged>
 __global__ void __launch_bounds__(kChunk) chunk_kernel(
     const T* __restrict__ q, const T* __restrict__ k_new, const T* __restrict__ v_new,
     const T* __restrict__ k_pool, const T* __restrict__ v_pool,
@@ -226,6 +308,7 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
   __shared__ const T* key_rows[kMaxRows][kChunk];   // a row's key for each key slot, null: none
   __shared__ const T* value_rows[kMaxRows][kChunk];  // and its value
   __shared__ float max_part[kMaxPairs][kWarps], sum_part[kMaxPairs][kWarps];
+  __shared__ uint4 key_stage[kStaged ? kWarps : 1][kStaged ? kStageSlots : 1];  // for_key_vectors'
 
   // the block's indices in 32 bits (a 64-bit division is a call of ~100 instructions)
   const unsigned head_groups = static_cast<unsigned>(dm.H / dm.heads);
@@ -337,31 +420,21 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
     float dot[kMaxHeads];
 #pragma unroll
     for (int g = 0; g < kMaxHeads; ++g) dot[g] = 0.f;
-    if (key_row != nullptr) {
-      constexpr int kVecs = kMaxHeadDim / Vec<T>::kSize;  // a row's vectors at most
-#pragma unroll 1
-      for (int base = 0; base < kVecs && base * Vec<T>::kSize < D; base += kKeyLoads) {
-        uint4 raw[kKeyLoads];
+    auto use = [&](int vec, uint4 raw) {
+      const int d = vec * Vec<T>::kSize;
+      const T* items = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int u = 0; u < kKeyLoads; ++u) {
-          const int d = (base + u) * Vec<T>::kSize;
-          if (d < D) raw[u] = *reinterpret_cast<const uint4*>(key_row + d);
-        }
+      for (int g = 0; g < kMaxHeads; ++g) {
+        if (g >= heads) continue;
 #pragma unroll
-        for (int u = 0; u < kKeyLoads; ++u) {
-          const int d = (base + u) * Vec<T>::kSize;
-          if (d >= D) continue;
-          const T* items = reinterpret_cast<const T*>(&raw[u]);
-#pragma unroll
-          for (int g = 0; g < kMaxHeads; ++g) {
-            if (g >= heads) continue;
-#pragma unroll
-            for (int i = 0; i < Vec<T>::kSize; ++i)
-              dot[g] = fmaf(query[r * heads + g][d + i], to_float(items[i]), dot[g]);
-          }
-        }
+        for (int i = 0; i < Vec<T>::kSize; ++i)
+          dot[g] = fmaf(query[r * heads + g][d + i], to_float(items[i]), dot[g]);
       }
-    }
+    };
+    if constexpr (kStaged)
+      for_key_vectors(key_row, vectors, key_stage[warp], use);
+    else
+      for_key_vectors_unstaged(key_row, vectors, use);
 #pragma unroll
     for (int g = 0; g < kMaxHeads; ++g)
       if (g < heads) weight[r * heads + g][t] = key_row != nullptr ? dot[g] * dm.scale : -INFINITY;
@@ -450,11 +523,18 @@ __global__ void __launch_bounds__(kChunk) chunk_kernel(
 
 // chunk_kernel for blocks of `heads` heads: their sums 4 heads at a time where a block has 4 or
 // more, else one at a time (on the H200, 4 at a time for fewer heads cost more in registers than
-// they saved). A pair's arithmetic is the same in both.
+// they saved); key rows through the staging buffer or not. A pair's arithmetic is the same in
+// all four.
+template <typename T, bool kOverlap>
+auto chunk_kernel_for(int heads, bool staged) {
+  if (staged)
+    return heads >= 4 ? chunk_kernel<T, 4, kOverlap, true> : chunk_kernel<T, 1, kOverlap, true>;
+  return heads >= 4 ? chunk_kernel<T, 4, kOverlap, false> : chunk_kernel<T, 1, kOverlap, false>;
+}
 template <typename T>
-auto chunk_kernel_for(int heads, bool overlap = false) {
-  if (overlap) return heads >= 4 ? chunk_kernel<T, 4, true> : chunk_kernel<T, 1, true>;
-  return heads >= 4 ? chunk_kernel<T, 4, false> : chunk_kernel<T, 1, false>;
+auto chunk_kernel_for(int heads, bool overlap = false, bool staged = false) {
+  return overlap ? chunk_kernel_for<T, true>(heads, staged)
+                 : chunk_kernel_for<T, false>(heads, staged);
 }
 
 // one block per (token row, head): the chunks' partials in index order. The chunks' maxima and
@@ -536,6 +616,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
   __shared__ float max_part[kMaxInBlockChunks][kWarps], sum_part[kMaxInBlockChunks][kWarps];
   __shared__ float part[kMaxInBlockChunks][kMaxHeadDim + 2];  // each chunk's max, sum, sums
   __shared__ int seen[kMaxInBlockChunks];  // whether the chunk's group saw a key
+  __shared__ uint4 key_stage[kMaxInBlockChunks * kWarps][kStageSlots];  // for_key_vectors'
 
   // the block's pair: (sequence s, row r0, head h0), as chunk_kernel's with rows = heads = 1
   const unsigned H = static_cast<unsigned>(dm.H);
@@ -560,20 +641,23 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
   // chunk_kernel was 1% slower, and this kernel's values loaded with its keys (96 registers, one
   // block a multiprocessor) 43% slower at 16 rows a step (bench/NOTES.md, 2026-12-04, ninth
   // sitting).
+  const bool* mask_row = mask + row * (dm.N + dm.Q);
   const int64_t cell = key < dm.N ? cell_table[s * dm.N + key] : 0;
-  const bool sees_cell = key < dm.N && mask[row * (dm.N + dm.Q) + key];
+  const bool sees_cell = key < dm.N && mask_row[key];
+  // so are new token t's mask bit and position (new tokens past kChunk, if any, are loaded
+  // after the barrier): the new columns below then wait for no load
+  const bool sees_new = t < dm.Q && mask_row[dm.N + t];
+  const int64_t new_at = sees_new && dm.by_position ? positions[s * dm.Q + t] : dm.N + t;
 
   if (threadIdx.x < D) query[threadIdx.x] = to_float(q[(row * dm.H + h0) * dm.D + threadIdx.x]);
   new_col[g][t] = -1;
   __syncthreads();
   CELLSPEC_STAGE(1);
-  {
-    const bool* mask_row = mask + row * (dm.N + dm.Q);
-    for (int64_t i = t; i < dm.Q; i += kChunk) {
-      const bool sees = mask_row[dm.N + i];
-      const int64_t at = dm.by_position ? positions[s * dm.Q + i] : dm.N + i;
-      if (at >= first && at < first + kChunk && sees) new_col[g][at - first] = i;
-    }
+  if (sees_new && new_at >= first && new_at < first + kChunk) new_col[g][new_at - first] = t;
+  for (int64_t i = t + kChunk; i < dm.Q; i += kChunk) {
+    const bool sees = mask_row[dm.N + i];
+    const int64_t at = dm.by_position ? positions[s * dm.Q + i] : dm.N + i;
+    if (at >= first && at < first + kChunk && sees) new_col[g][at - first] = i;
   }
   __syncthreads();
   CELLSPEC_STAGE(2);
@@ -616,26 +700,12 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
 
   {  // the score of key t (chunk_kernel's dot, one head)
     float dot = 0.f;
-    if (key_row != nullptr) {
-      constexpr int kVecs = kMaxHeadDim / Vec<T>::kSize;
-#pragma unroll 1
-      for (int base = 0; base < kVecs && base * Vec<T>::kSize < D; base += kKeyLoads) {
-        uint4 raw[kKeyLoads];
+    for_key_vectors(key_row, vectors, key_stage[threadIdx.x >> 5], [&](int vec, uint4 raw) {
+      const int d = vec * Vec<T>::kSize;
+      const T* items = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int u = 0; u < kKeyLoads; ++u) {
-          const int d = (base + u) * Vec<T>::kSize;
-          if (d < D) raw[u] = *reinterpret_cast<const uint4*>(key_row + d);
-        }
-#pragma unroll
-        for (int u = 0; u < kKeyLoads; ++u) {
-          const int d = (base + u) * Vec<T>::kSize;
-          if (d >= D) continue;
-          const T* items = reinterpret_cast<const T*>(&raw[u]);
-#pragma unroll
-          for (int i = 0; i < Vec<T>::kSize; ++i) dot = fmaf(query[d + i], to_float(items[i]), dot);
-        }
-      }
-    }
+      for (int i = 0; i < Vec<T>::kSize; ++i) dot = fmaf(query[d + i], to_float(items[i]), dot);
+    });
     weight[g][t] = key_row != nullptr ? dot * dm.scale : -INFINITY;
   }
   __syncthreads();
@@ -1426,10 +1496,19 @@ int multiprocessors() {
   return count;
 }
 
-// chunk_kernel's blocks of `heads` heads that one multiprocessor holds at once
+// chunk_kernel's blocks of `heads` heads that one multiprocessor holds at once (unstaged: the
+// tiling is chosen for those, then staging where its blocks fit the device at once)
 template <typename T>
 int resident_chunk_blocks(int heads) {
   return resident_blocks(chunk_kernel_for<T>(heads), kChunk);
+}
+
+// whether a step tiled as dm, of `blocks` chunk_kernel blocks, reads its key rows through the
+// staging buffer: where the staged kernel holds every block at once
+template <typename T>
+bool staged_keys(const Dims& dm, int64_t blocks, bool overlap) {
+  return blocks <= int64_t{resident_blocks(chunk_kernel_for<T>(dm.heads, overlap, true), kChunk)} *
+                       multiprocessors();
 }
 
 // The launch shape. A block's rows run one after another (a key is loaded once for them), and
@@ -1533,7 +1612,8 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
     return launched();
   }
   const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
-  launch_after(overlap, chunk_kernel_for<T>(dm.heads, overlap), dim3(blocks), dim3(kChunk), 0,
+  launch_after(overlap, chunk_kernel_for<T>(dm.heads, overlap, staged_keys<T>(dm, blocks, overlap)),
+      dim3(blocks), dim3(kChunk), 0,
       stream,
       q, k_new, v_new, ctx.GetInput(3).GetTensorData<T>(), ctx.GetInput(4).GetTensorData<T>(),
       ctx.GetInput(5).GetTensorData<int64_t>(), ctx.GetInput(6).GetTensorData<bool>(),
