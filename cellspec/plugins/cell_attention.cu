@@ -1507,8 +1507,8 @@ int resident_chunk_blocks(int heads) {
 // staging buffer: where the staged kernel holds every block at once
 template <typename T>
 bool staged_keys(const Dims& dm, int64_t blocks, bool overlap) {
-  return blocks <= int64_t{resident_blocks(chunk_kernel_for<T>(dm.heads, overlap, true), kChunk)} *
-                       multiprocessors();
+  const int resident = resident_blocks(chunk_kernel_for<T>(dm.heads, overlap, true), kChunk);
+  return blocks <= int64_t{resident} * multiprocessors();
 }
 
 // The launch shape. A block's rows run one after another (a key is loaded once for them), and
@@ -1612,9 +1612,9 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
     return launched();
   }
   const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
-  launch_after(overlap, chunk_kernel_for<T>(dm.heads, overlap, staged_keys<T>(dm, blocks, overlap)),
-      dim3(blocks), dim3(kChunk), 0,
-      stream,
+  const bool staged = staged_keys<T>(dm, blocks, overlap);
+  launch_after(overlap, chunk_kernel_for<T>(dm.heads, overlap, staged), dim3(blocks), dim3(kChunk),
+      0, stream,
       q, k_new, v_new, ctx.GetInput(3).GetTensorData<T>(), ctx.GetInput(4).GetTensorData<T>(),
       ctx.GetInput(5).GetTensorData<int64_t>(), ctx.GetInput(6).GetTensorData<bool>(),
       ctx.GetInput(7).GetTensorData<int64_t>(), dm, partials.GetTensorMutableData<float>(),
