@@ -48,8 +48,8 @@ void print_stages(int64_t blocks) {
   cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device);
   const int64_t n = std::min<int64_t>(blocks, kStageBlocks);
   const char* names[kStages] = {"query, new columns", "new tokens' keys", "key rows", "seen",
-                                "scores", "max", "sum", "weighted sum", "combine, output",
-                                "whole block"};
+                                "scores", "max", "sum", "weighted sum", "classes' tree",
+                                "combine, output", "whole block"};
   std::vector<long long> d(n);
   for (int i = 0; i < kStages; ++i) {
     for (int64_t b = 0; b < n; ++b)

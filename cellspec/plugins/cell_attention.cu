@@ -584,9 +584,9 @@ __global__ void combine_kernel(const float* __restrict__ partials, Dims dm, T* _
 // pair_kernel's stage clocks, for tools/cell_attention_probe.cu's `pair` mode only (compiled with
 // -DCELLSPEC_STAGE_CLOCKS; the plugin never is): thread 0 of each of the first
 // kStageBlocks blocks notes its multiprocessor's clock at the kernel's start, after each of its
-// 8 barriers and at its end, so that a probe sees where a short step's microseconds go.
+// 9 barriers and at its end, so that a probe sees where a short step's microseconds go.
 #ifdef CELLSPEC_STAGE_CLOCKS
-constexpr int kStages = 10, kStageBlocks = 4096;
+constexpr int kStages = 11, kStageBlocks = 4096;
 __device__ long long stage_clocks[kStageBlocks][kStages];
 #define CELLSPEC_STAGE(i) \
   if (threadIdx.x == 0 && blockIdx.x < kStageBlocks) stage_clocks[blockIdx.x][i] = clock64()
@@ -680,13 +680,18 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
   CELLSPEC_STAGE(4);
   const bool active = seen[g] != 0;  // else the chunk's partials are chunk_kernel's empty ones
 
-  // the weighted sum's layout (chunk_kernel's)
+  // the weighted sum: chunk_kernel's key classes (nv and groups as its layout has them: class kg
+  // sums keys kg, kg + groups, ... of each vector in order, and sum_groups' tree adds the
+  // classes), laid out so that a load instruction takes whole rows: warp w holds classes
+  // w R .. w R + R - 1 (R = 32 / vectors rows an instruction, kWarps R >= groups:
+  // pair_values_coalesce), lane (class, vector) = (w R + lane / vectors, lane % vectors)
   const int vectors = D / Vec<T>::kSize;
   const int nv = (vectors + kWarps - 1) / kWarps;
   const int groups = 32 / nv;
-  const int kg = lane32 / nv, vi = lane32 % nv, vec = warp * nv + vi;
-  const bool summing = kg < groups && vec < vectors && vi < nv;
-  const int lane_keys = (kChunk - kg + groups - 1) / groups;
+  const int rows_at_once = 32 / vectors;
+  const int kg = warp * rows_at_once + lane32 / vectors, vec = lane32 % vectors;
+  const bool summing = lane32 < rows_at_once * vectors && kg < groups;
+  const int lane_keys = summing ? (kChunk - kg + groups - 1) / groups : 0;
   uint4 values[kValueLoads];
   auto load_values = [&](int u0) {
 #pragma unroll
@@ -747,18 +752,40 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
       for (int i = 0; i < kV; ++i) acc[i] = fmaf(w, to_float(items[i]), acc[i]);
     }
   }
+  // each class's sums, in the scores' staging buffer (free now: groups x D floats, at most 4 KB
+  // of the group's 8), then sum_groups' tree over the classes for each of the D sums: at each
+  // level class c < off adds class c + off where that is a class, the same additions in the same
+  // order as its shuffles
+  float* class_sums = reinterpret_cast<float*>(key_stage[g * kWarps]);
+  if (summing) {
 #pragma unroll
-  for (int i = 0; i < kV; ++i) acc[i] = sum_groups(acc[i], groups, nv, kg);
-  if (kg == 0 && summing) {  // the chunk's partials, as chunk_kernel writes them
-    if (vec == 0) {
-      part[g][0] = active ? fold<true>(max_part[g]) : -INFINITY;
-      part[g][1] = active ? fold<false>(sum_part[g]) : 0.f;
-    }
-#pragma unroll
-    for (int i = 0; i < kV; ++i) part[g][2 + vec * kV + i] = active ? acc[i] : 0.f;
+    for (int i = 0; i < kV; ++i) class_sums[kg * D + vec * kV + i] = acc[i];
   }
   __syncthreads();
   CELLSPEC_STAGE(8);
+  if (t < D) {  // the chunk's partials, as chunk_kernel writes them
+    constexpr int kMaxClasses = 32;
+    float sums[kMaxClasses];
+#pragma unroll
+    for (int c = 0; c < kMaxClasses; ++c) sums[c] = c < groups ? class_sums[c * D + t] : 0.f;
+    int span = 1;
+    while (span < groups) span <<= 1;
+#pragma unroll
+    for (int level = 0; level < 5; ++level) {  // off = 16, 8, 4, 2, 1: kMaxClasses / 2 down
+      const int off = (kMaxClasses / 2) >> level;
+      if (off >= span) continue;
+#pragma unroll
+      for (int c = 0; c < kMaxClasses / 2; ++c)
+        if (c < off && c + off < groups) sums[c] += sums[c + off];
+    }
+    if (t == 0) {
+      part[g][0] = active ? fold<true>(max_part[g]) : -INFINITY;
+      part[g][1] = active ? fold<false>(sum_part[g]) : 0.f;
+    }
+    part[g][2 + t] = active ? sums[0] : 0.f;
+  }
+  __syncthreads();
+  CELLSPEC_STAGE(9);
 
   // combine_kernel's arithmetic over the block's chunks
   if (threadIdx.x < D) {
@@ -777,7 +804,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
     }
     out[(row * dm.H + h0) * dm.D + d] = from_float<T>(l > 0.f ? acc_d / l : 0.f);
   }
-  CELLSPEC_STAGE(9);
+  CELLSPEC_STAGE(10);
 }
 
 // combine_kernel's shared memory: two floats per chunk, within the 48 KB a launch gets by default
@@ -1553,16 +1580,28 @@ void tile(Dims& dm, int (*resident)(int heads)) {
   dm.row_tiles = (dm.Q + rows - 1) / rows;
 }
 
+// whether pair_kernel's weighted sum holds chunk_kernel's key classes for head size D and
+// elements of element_size bytes: every class in its warps (R rows a load instruction, kWarps R
+// at least the classes) and their sums in a group's share of the staging buffer (head sizes
+// 32, 64, 128 and float16's 80; not float32's 80 or float16's 96, which take the two kernels)
+bool pair_values_coalesce(int64_t D, size_t element_size) {
+  const int64_t vectors = D * static_cast<int64_t>(element_size) / 16;
+  const int64_t nv = (vectors + kWarps - 1) / kWarps, groups = 32 / nv;
+  return vectors > 0 && kWarps * (32 / vectors) >= groups &&
+         groups * D * static_cast<int64_t>(sizeof(float)) <=
+             static_cast<int64_t>(kWarps * kStageSlots * sizeof(uint4));
+}
+
 // whether a step tiled one (row, head) pair a block runs as pair_kernel: 2 to kMaxInBlockChunks
 // chunks, unless CELLSPEC_CUDA_PAIR_KERNEL=0 in the environment (chunk_kernel and combine_kernel
 // then, whose output is the same bit for bit: the op tests compare them)
-bool pairs_in_one_launch(const Dims& dm) {
+bool pairs_in_one_launch(const Dims& dm, size_t element_size) {
   static const bool enabled = [] {
     const char* setting = std::getenv("CELLSPEC_CUDA_PAIR_KERNEL");
     return !(setting && std::string(setting) == "0");
   }();
   return enabled && dm.rows == 1 && dm.heads == 1 && dm.chunks >= 2 &&
-         dm.chunks <= kMaxInBlockChunks;
+         dm.chunks <= kMaxInBlockChunks && pair_values_coalesce(dm.D, element_size);
 }
 
 // null, or op `name`'s error for cos_cache and sin_cache not both [positions, D / 2] with at least
@@ -1602,7 +1641,7 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
   tile(dm, resident_chunk_blocks<T>);
   auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
   const bool overlap = overlapping(dm.S * dm.Q);
-  if (pairs_in_one_launch(dm)) {  // the same output as the two kernels below, one launch
+  if (pairs_in_one_launch(dm, sizeof(T))) {  // the same output as the two kernels below, one launch
     launch_after(overlap, overlap ? pair_kernel<T, true> : pair_kernel<T, false>,
                  dim3(row_heads), dim3(kChunk * dm.chunks), 0, stream,
                  q, k_new, v_new, ctx.GetInput(3).GetTensorData<T>(),
