@@ -107,6 +107,11 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
              (long long)dm.chunks, kMaxInBlockChunks);
       return;
     }
+    if (!pair_values_coalesce(D, sizeof(T))) {  // the plugin's gate: the layout needs it
+      printf("D=%d, %zu-byte elements: pair_kernel's value classes do not fit (two kernels)\n", D,
+             sizeof(T));
+      return;
+    }
     dm.row_tiles = Q;
   } else if (heads > 0) {
     dm.heads = heads; dm.rows = rows; dm.row_tiles = (Q + rows - 1) / rows;
