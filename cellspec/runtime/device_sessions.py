@@ -14,6 +14,11 @@ QUIET = 4
 # Merges the QKV and gate/up Slices back into a Split, whose uneven sizes the CUDA provider
 # copies from the host on every call (replayed by every CUDA graph).
 DISABLED_OPTIMIZERS = ["GatherSliceToSplitFusion"]
+# ONNX Runtime (1.27 on) folds a node on initializers only where its output is at most this
+# many bytes, unless the session sets another limit; a rewrite's weight layouts (RowMatMul's
+# tiled and transposed weights) must always fold, or they run at every step
+FOLD_KEY = "optimization.constant_folding_max_output_size_in_bytes"
+DEFAULT_FOLD_LIMIT = 1 << 30
 
 CUDA_KERNEL_GAPS = {TensorProto.BFLOAT16: {"Reciprocal", "ReduceMax", "ArgMax", "CumSum"}}
 
@@ -126,28 +131,62 @@ def load_session(path: Path, providers: list, attention: str = "as-exported",
         from cellspec.plugins.build import build_library
 
         library = build_library()
-    return _open_session(path, providers, model.SerializeToString(), library)
+    return _open_session(path, providers, model.SerializeToString(), library,
+                         fold_limit(model))
 
 
-def _open_session(path: Path, providers: list, serialized: bytes | None = None,
-                  library: Path | None = None):
-    """A session on the graph at `path`, or on `serialized` (its rewrite) reading the weights
-    beside `path`; `library`: a custom-op library its nodes call."""
+def fold_limit(model: onnx.ModelProto) -> int:
+    """The bytes a folded node's output may take in `model`'s session: ONNX Runtime's default
+    (1 GiB), or the largest initializer's size where that is more. A rewrite folds only layouts
+    of single initializers (a Transpose, a Reshape, a Gather of rows), each the size of the
+    weight it reads; under the default an LM head of more than 1 GiB (Qwen3-8B's 151,936 x
+    4,096 in float16: 1.24 GB) stayed a Transpose that ran at every step (0.6 ms on the H200,
+    bench/NOTES.md, 2026-12-04 twelfth sitting)."""
+    largest = max((_tensor_bytes(t) for t in model.graph.initializer), default=0)
+    return max(DEFAULT_FOLD_LIMIT, largest)
+
+
+def _tensor_bytes(tensor: onnx.TensorProto) -> int:
+    """An initializer's size in bytes from its shape and element type (its data may be
+    external: only the header is read)."""
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+
+
+def session_options(providers: list, library: Path | None = None,
+                    weights: Path | None = None, folds: int = DEFAULT_FOLD_LIMIT):
+    """ONNX Runtime's options for a device session: every optimisation, nodes larger than
+    `folds` bytes left unfolded, no CPU fallback off the CPU, `library`'s ops registered, and
+    a graph loaded from memory reading its external weights in `weights`."""
     import onnxruntime as ort
 
-    if not path.is_file():
-        raise InvalidArtifact(f"{path}: graph file missing")
-    _check_placeable(path, providers)
     options = ort.SessionOptions()
+    options.add_session_config_entry(FOLD_KEY, str(folds))
     if library is not None:
         options.register_custom_ops_library(str(library))
     options.log_severity_level = QUIET
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if providers != ["CPUExecutionProvider"]:  # every node on the device, or a refusal
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    if serialized is not None:
+    if weights is not None:
         options.add_session_config_entry(
-            "session.model_external_initializers_file_folder_path", str(path.parent))
+            "session.model_external_initializers_file_folder_path", str(weights))
+    return options
+
+
+def _open_session(path: Path, providers: list, serialized: bytes | None = None,
+                  library: Path | None = None, folds: int = DEFAULT_FOLD_LIMIT):
+    """A session on the graph at `path`, or on `serialized` (its rewrite) reading the weights
+    beside `path`; `library`: a custom-op library its nodes call; `folds`: the largest output
+    in bytes ONNX Runtime folds (fold_limit)."""
+    import onnxruntime as ort
+
+    if not path.is_file():
+        raise InvalidArtifact(f"{path}: graph file missing")
+    _check_placeable(path, providers)
+    options = session_options(providers, library, path.parent if serialized else None, folds)
     try:
         return ort.InferenceSession(serialized or str(path), options, providers=providers,
                                     disabled_optimizers=DISABLED_OPTIMIZERS)

@@ -245,6 +245,49 @@ def test_nodes_the_cuda_provider_cannot_run_are_named(tmp_path):
     _check_placeable(path, ["CPUExecutionProvider"])  # the CPU provider runs it
 
 
+def test_weight_layouts_fold_whatever_their_size(tmp_path):
+    """ONNX Runtime (1.27 on) folds a node on initializers only where its output fits a limit,
+    1 GiB unless a session sets another: a rewrite's weight layout over that (Qwen3-8B's LM
+    head tiled for RowMatMul, 1.24 GB) ran at every step. fold_limit covers the largest
+    initializer, read from its header alone, and session_options hands ONNX Runtime the
+    limit: a Transpose of a weight over it stays in the optimised graph, one within it folds,
+    and both compute the same."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from cellspec.runtime.device_sessions import DEFAULT_FOLD_LIMIT, fold_limit, session_options
+
+    def headers(*tensors):
+        return helper.make_model(helper.make_graph([], "g", [], [], list(tensors)))
+
+    head = TensorProto(name="head", dims=[151936, 4096], data_type=TensorProto.FLOAT16,
+                       data_location=TensorProto.EXTERNAL)
+    norm = TensorProto(name="norm", dims=[4096], data_type=TensorProto.FLOAT,
+                       data_location=TensorProto.EXTERNAL)
+    assert fold_limit(headers(head, norm)) == 151936 * 4096 * 2
+    assert fold_limit(headers(norm)) == DEFAULT_FOLD_LIMIT == 1 << 30
+    assert fold_limit(headers()) == DEFAULT_FOLD_LIMIT
+
+    w = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)  # 8,192 bytes
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+         helper.make_node("Mul", ["x", "wt"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 64])],
+        [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "g.onnx"
+    onnx_save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+    for folds, kept in ((4096, ["Transpose", "Mul"]), (8192, ["Mul"])):
+        options = session_options(["CPUExecutionProvider"], folds=folds)
+        options.optimized_model_filepath = str(tmp_path / f"optimised-{folds}.onnx")
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        optimised = onnx.load(options.optimized_model_filepath)
+        assert [n.op_type for n in optimised.graph.node] == kept
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], x * w.T)
+
+
 def onnx_save(model, path):
     import onnx
 
