@@ -148,11 +148,16 @@ def fold_limit(model: onnx.ModelProto) -> int:
 
 def _tensor_bytes(tensor: onnx.TensorProto) -> int:
     """An initializer's size in bytes from its shape and element type (its data may be
-    external: only the header is read)."""
+    external: only the header is read); 0 for a type ONNX does not know (ONNX Runtime refuses
+    the graph then, naming it)."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except KeyError:
+        return 0
     count = 1
     for dim in tensor.dims:
         count *= dim
-    return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return count * itemsize
 
 
 def session_options(providers: list, library: Path | None = None,

@@ -268,6 +268,8 @@ def test_weight_layouts_fold_whatever_their_size(tmp_path):
     assert fold_limit(headers(head, norm)) == 151936 * 4096 * 2
     assert fold_limit(headers(norm)) == DEFAULT_FOLD_LIMIT == 1 << 30
     assert fold_limit(headers()) == DEFAULT_FOLD_LIMIT
+    unknown = TensorProto(name="unknown", dims=[1 << 20, 4096], data_type=0)  # no such type
+    assert fold_limit(headers(unknown, norm)) == DEFAULT_FOLD_LIMIT
 
     w = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)  # 8,192 bytes
     graph = helper.make_graph(
