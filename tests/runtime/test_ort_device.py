@@ -290,6 +290,33 @@ def test_weight_layouts_fold_whatever_their_size(tmp_path):
         np.testing.assert_array_equal(session.run(None, {"x": x})[0], x * w.T)
 
 
+def test_a_rewritten_graph_is_opened_with_its_fold_limit(dflash_artifact, monkeypatch):
+    """load_session hands a rewritten graph's session fold_limit of that graph: with the default
+    limit lowered to a byte, the session's limit is its largest initializer's size, and the
+    session still runs the graph."""
+    import onnx
+
+    from cellspec.runtime import device_sessions
+
+    limits = []
+    original = device_sessions.session_options
+
+    def recorded(providers, library=None, weights=None, folds=device_sessions.DEFAULT_FOLD_LIMIT):
+        limits.append(folds)
+        return original(providers, library, weights, folds)
+
+    monkeypatch.setattr(device_sessions, "session_options", recorded)
+    monkeypatch.setattr(device_sessions, "DEFAULT_FOLD_LIMIT", 1)
+    path = dflash_artifact / Manifest.load(dflash_artifact).target.graph
+    model = device_sessions.rewritten(onnx.load(str(path), load_external_data=False),
+                                      "decomposed", "cublas")
+    largest = max(device_sessions._tensor_bytes(t) for t in model.graph.initializer)
+    assert largest > 1
+    session = device_sessions.load_session(path, ["CPUExecutionProvider"], "decomposed")
+    assert limits == [largest]
+    assert {i.name for i in session.get_inputs()} >= {"tokens", "positions"}
+
+
 def onnx_save(model, path):
     import onnx
 
