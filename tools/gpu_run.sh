@@ -16,8 +16,8 @@
 #   bash tools/gpu_run.sh train      # DFlash draft for SmolLM2: generate, train, eval, export
 #   bash tools/gpu_run.sh check      # GPU tests, decode steps on shapes A and B, GenAI A and B
 #   bash tools/gpu_run.sh large      # shape C steps, DFlash cycle vs AR step, real SmolLM2
-#   bash tools/gpu_run.sh c-cell     # shape C with CellAttention: PART=steps, then PART=dflash
 #   (the same split into calls under 10 minutes: c-steps, c-dflash, smollm2, flips)
+#   (with CellAttention: CELLSPEC_CUDA_ATTENTION=cell CHAINS=16 ... c-steps, then ... c-dflash)
 #   bash tools/gpu_run.sh retrain    # more data and steps for the shipped draft (needs
 #                                    # .gpu/data/data.npz, carried: the first run's data)
 #   bash tools/gpu_run.sh smollm2    # real SmolLM2, plain vs speculative (DRAFTS=folders)
@@ -247,25 +247,13 @@ case "${1:-}" in
   large)  # over 10 minutes in all: the parts below, one device call each, in one go
     for part in c-steps c-dflash smollm2 flips; do OUT="$OUT" DRAFTS="$DRAFT" bash "$0" $part; done
     ;;
-  c-steps)
-    python3 tools/gpu_bench.py steps --shapes C --batches 1,8,32 --out "$OUT"/c \
-        --work "$WORK" 2>&1 | tail -8
+  c-steps)  # CHAINS (default 1: one call a step; e.g. 16); the export (about 200 s) stays in
+            # $WORK for c-dflash run at once after it
+    python3 tools/gpu_bench.py steps --shapes C --batches 1,8,32 --chains "${CHAINS:-1}" \
+        --out "$OUT"/c --work "$WORK" 2>&1 | tail -8
     ;;
   c-dflash)
     python3 tools/gpu_bench.py dflash --shape C --out "$OUT"/c --work "$WORK" 2>&1 | tail -8
-    ;;
-  c-cell)  # shape C with CellAttention and RowMatMul (2026-12-04, twelfth sitting): PART=steps
-           # (batch 1, 8, 32 over 1,024 cells in chains of 16), PART=dflash (a DFlash cycle
-           # against a step), or both; the export takes about 200 s, so run the parts as two
-           # calls back to back (the second reuses $WORK's export)
-    if [ "${PART:-steps}" = steps ]; then
-      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py steps --shapes C --batches 1,8,32 \
-          --chains 16 --out "$OUT"/c-steps --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -4
-    fi
-    if [ "${PART:-dflash}" = dflash ]; then
-      CELLSPEC_CUDA_ATTENTION=cell python3 tools/gpu_bench.py dflash --shape C \
-          --out "$OUT"/c-dflash --work "$WORK" 2>&1 | grep -v "plugin EP" | tail -3
-    fi
     ;;
   flips)
     for dtype in float16 float32; do
@@ -1128,7 +1116,7 @@ for line in sys.stdin:
         --paired --out "$OUT/paired" --work "$WORK" 2>&1 | grep -v "plugin EP" | grep "^{"
     ;;
   *)
-    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|c-cell|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees|top|ahead|timeline|pair|paired" >&2
+    echo "usage: bash tools/gpu_run.sh train|check|large|c-steps|c-dflash|flips|retrain|retrain4|smollm2|fp32|binds|final|distill|distill2|drains|cell|cell-peer|fused|fused-wide|kernels|greedy-gen|greedy-train|greedy-bench|greedy-more|self-gen|self-train|self-more|self-bench|verify|peers|real|host|host-cycle|real-batches|chain|chain-real|sampler|sampler-probe|projections|row|mma|mma-real|rotary|rotary-more|tiles|values|values-more|pdl|patches|survey|cycle|affinity|taps|threshold|behind|calibrate|widths|verify-tiles|tiles-sessions|genai-real|flips16|sampled|trees|top|ahead|timeline|pair|paired" >&2
     exit 2
     ;;
 esac
