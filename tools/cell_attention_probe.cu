@@ -3,12 +3,14 @@
 // verify and prompt shapes of bench/NOTES.md (SmolLM2 and Qwen3-8B heads, 1024 cells), with the
 // launch's own tiling and with one row and one head per block. Each line also checks the
 // output against a float64 reference on the host (max abs error) and prints a hash of its bytes,
-// so two builds of the kernel can be compared bit for bit. Needs a GPU, nvcc and ONNX Runtime's
-// C++ API headers (the .cu includes them):
+// so two builds of the kernel can be compared bit for bit (a run's inputs depend on its shape
+// only: every line of a shape must print the same hash, whatever its tiling). Needs a GPU, nvcc
+// and ONNX Runtime's C++ API headers (the .cu includes them):
 //
 //   nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" tools/cell_attention_probe.cu \
 //       -o /tmp/probe && /tmp/probe
 //
+// `/tmp/probe verify-qwen` times every tiling of Qwen3-8B-headed verifies (16 rows, 1024 cells).
 // `/tmp/probe pair` times pair_kernel instead (steps tiled one (row, head) pair a block over 2-4
 // chunks: decode steps and verifies over a few hundred cells), next to an empty kernel of the
 // same launch shape. Built with -DCELLSPEC_STAGE_CLOCKS, it also prints the median
@@ -63,6 +65,9 @@ void print_stages(int64_t blocks) {
 template <typename T>
 void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int reps,
          bool pair = false) {
+  // the inputs a function of the shape alone, so that lines of one shape (other tilings, staged
+  // or not, pair_kernel) get the same inputs and must print the same hash
+  srand(static_cast<unsigned>(((S * 131 + Q) * 131 + N) * 131 + H * 7 + D));
   const int cells = S * N + 64;
   const std::vector<T> host_pool = random_values<T>((size_t)cells * KV * D);
   const std::vector<T> host_vpool = random_values<T>(host_pool.size());
@@ -150,25 +155,35 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   for (size_t i = 0; i < got.size() * sizeof(T); ++i)
     hash = (hash ^ reinterpret_cast<const unsigned char*>(got.data())[i]) * 1099511628211ull;
   double max_err = 0.0;  // against float64 attention over the cells and new tokens each row sees
+  // the inputs as floats once (a host conversion of a __half is a software routine: converted
+  // at every use, eight sessions' reference took longer than the probe's time limit)
+  auto floats = [](const std::vector<T>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = static_cast<float>(to_double_host(v[i]));
+    return f;
+  };
+  const std::vector<float> f_pool = floats(host_pool), f_vpool = floats(host_vpool),
+                           f_q = floats(host_q), f_k = floats(host_k), f_v = floats(host_v);
   std::vector<double> score(N + Q), acc(D);
   for (int s = 0; s < S; ++s)
     for (int i = 0; i < Q; ++i)
       for (int h = 0; h < H; ++h) {
         const int kv = h / (H / KV);
-        const T* qr = &host_q[(((size_t)s * Q + i) * H + h) * D];
+        const float* qr = &f_q[(((size_t)s * Q + i) * H + h) * D];
         auto key = [&](int j) {  // cell slot j < N, else new token j - N
-          return j < N ? &host_pool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
-                       : &host_k[(((size_t)s * Q + j - N) * KV + kv) * D];
+          return j < N ? &f_pool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
+                       : &f_k[(((size_t)s * Q + j - N) * KV + kv) * D];
         };
         auto value = [&](int j) {
-          return j < N ? &host_vpool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
-                       : &host_v[(((size_t)s * Q + j - N) * KV + kv) * D];
+          return j < N ? &f_vpool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
+                       : &f_v[(((size_t)s * Q + j - N) * KV + kv) * D];
         };
         double top = -1e300, total = 0.0;
         for (int j = 0; j < N + Q; ++j) {
           if (!m[((size_t)s * Q + i) * (N + Q) + j]) continue;
           double dot = 0.0;
-          for (int d = 0; d < D; ++d) dot += to_double_host(qr[d]) * to_double_host(key(j)[d]);
+          const float* kr = key(j);
+          for (int d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * kr[d];
           score[j] = dot * dm.scale;
           top = std::max(top, score[j]);
         }
@@ -177,7 +192,8 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
           if (!m[((size_t)s * Q + i) * (N + Q) + j]) continue;
           const double e = std::exp(score[j] - top);
           total += e;
-          for (int d = 0; d < D; ++d) acc[d] += e * to_double_host(value(j)[d]);
+          const float* vr = value(j);
+          for (int d = 0; d < D; ++d) acc[d] += e * vr[d];
         }
         for (int d = 0; d < D; ++d) {
           const double want = acc[d] / total;
@@ -233,6 +249,19 @@ int main(int argc, char** argv) {
       run<__half>(sq[0], sq[1], 1024, 9, 3, 64, 0, 0, 100);
       for (int rows = 1; rows <= 5 && rows <= sq[1]; ++rows)
         run<__half>(sq[0], sq[1], 1024, 9, 3, 64, 3, rows, 100);
+    }
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "verify-qwen") {
+    // verify-shaped steps of Qwen3-8B's heads (32 query heads over 8 kv heads of 128) at 1024
+    // cells, one session and eight: the launch's tiling, then every tiling it could choose
+    // (heads 1, 2 or 4 a block, each row count); the hashes must all agree within a shape
+    const int sessions[] = {1, 8};
+    for (const int S : sessions) {
+      run<__half>(S, 16, 1024, 32, 8, 128, 0, 0, 50);
+      for (int heads = 1; heads <= 4; heads *= 2)
+        for (int rows = 1; rows <= kMaxRows && rows * heads <= kMaxPairs; ++rows)
+          run<__half>(S, 16, 1024, 32, 8, 128, heads, rows, 50);
     }
     return 0;
   }

@@ -611,12 +611,22 @@ def cmd_dflash(args) -> None:
     from cellspec.runtime.executor import Executor
 
     folder = shape_artifact(args.shape, args, 32)
+    start = time.perf_counter()
     plain = Executor.load(folder, backend=load_backend(folder, 8), max_sessions=8)
-    steps = {batch: time_decode(plain, batch, args.context, args.steps) for batch in (1, 8)}
+    print(f"[dflash {args.shape}] plain executor loaded in {time.perf_counter() - start:.1f} s",
+          flush=True)
+    steps = {}
+    for batch in (1, 8):  # each printed as it comes, so that a call cut short still tells them
+        steps[batch] = time_decode(plain, batch, args.context, args.steps)
+        print(f"[dflash {args.shape}] plain step at batch {batch}: "
+              f"{steps[batch]['step_ms']:.3f} ms", flush=True)
     del plain
     gc.collect()
+    start = time.perf_counter()
     spec = DFlashExecutor.load(folder, backend=load_backend(folder, 8), max_sessions=8,
                                n_draft=15)
+    print(f"[dflash {args.shape}] DFlash executor loaded in {time.perf_counter() - start:.1f} s",
+          flush=True)
     rows = []
     for batch, drain in [(b, d) for b in (1, 8) for d in drain_modes(args)]:
         spec.drain_behind_verify = drain == "behind"
