@@ -1,4 +1,7 @@
-"""Random operations, valid and invalid, on both executors (seeded, bounded in time).
+"""Random operations, valid and invalid, on both executors (seeded, bounded in time), on
+ort-cpu and on the IOBinding backend `ort-cuda` runs (over host memory: its bindings, staged
+inputs, commits through pointer tables, draws by the graphs, trees grown and walked "on the
+device").
 
 Every token an executor produces is checked against a solo replay: a fresh plain executor
 fed the session's whole history in one step must draw the same token at that position (with
@@ -19,6 +22,9 @@ from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput, Sampling
 
+from .test_decode_chain import queued_backend
+from .test_ort_device import host_backend
+
 OPERATIONS = 1500
 SECONDS = 45  # the bound in time: stop early rather than slow CI down
 BUDGET = 96
@@ -33,9 +39,23 @@ def state(executor) -> tuple:
         for sid, s in executor.sessions.sessions.items()))
     draft = getattr(executor, "draft", None)
     row_pools = [executor.target.pools, executor.target.taps, draft and draft.pools]
-    pools = tuple(a.tobytes() for p in row_pools if p for a in p.arrays.values())
+    pools = tuple(b for p in row_pools if p for b in pool_bytes(p))
     caches = (executor.cache.snapshot(), draft.cache.snapshot() if draft else None)
     return caches, sessions, pools
+
+
+def pool_bytes(pools) -> list[bytes]:
+    """Every pool's bytes: numpy pools' arrays (ort-cpu), or device pools' buffers, downloaded
+    (the IOBinding backend's, here over host memory)."""
+    if hasattr(pools, "arrays"):
+        return [a.tobytes() for a in pools.arrays.values()]
+    pools.device.synchronize()
+    found = []
+    for buffer in pools.buffers.values():
+        rows = np.empty(pools.max_cells * pools.row_bytes, np.uint8)
+        pools.device.download(rows, buffer)
+        found.append(rows.tobytes())
+    return found
 
 
 class Fuzzer:
@@ -204,7 +224,11 @@ class Fuzzer:
             raise RuntimeError("injected device failure")
 
         with monkeypatch.context() as patch:
-            patch.setattr(self.ex.backend, "run", broken)
+            # every way a backend starts engine work (a device backend also launches steps
+            # into chains and queues them)
+            for entry in ("run", "launch", "queue"):
+                if hasattr(self.ex.backend, entry):
+                    patch.setattr(self.ex.backend, entry, broken)
             with pytest.raises(ExecutionFailed, match="injected device failure"):
                 self.ex.execute(batch)
         for item in batch:
@@ -236,28 +260,64 @@ class Fuzzer:
                 assert self.ex.pos(sid) == len(tokens)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_fuzz_plain_executor(tiny_artifact, monkeypatch, seed):
-    executor = Executor.load(tiny_artifact, max_sessions=5, max_session_tokens=BUDGET)
-    reference = Executor.load(tiny_artifact, max_sessions=1, max_session_tokens=BUDGET)
+def fuzz(executor, reference: Executor, seed: int, monkeypatch) -> None:
+    """OPERATIONS random operations on `executor`, each token against `reference`'s solo
+    replay; then every session closed, and no cell of either cache left in use."""
     fuzzer = Fuzzer(executor, reference, np.random.default_rng(seed))
     fuzzer.run(OPERATIONS, monkeypatch)
     assert fuzzer.counts["outputs"] > 200 and fuzzer.counts["refusals"] > 100
     for sid in list(fuzzer.history):
         executor.close_session(sid)
     assert executor.cache.num_used == 0
+    draft = getattr(executor, "draft", None)
+    assert draft is None or draft.cache.num_used == 0
 
 
-@pytest.mark.parametrize(("seed", "max_spec_batch"), [(0, None), (1, 2)])
-def test_fuzz_dflash_executor(dflash_artifact, monkeypatch, seed, max_spec_batch):
-    executor = DFlashExecutor.load(dflash_artifact, max_sessions=5, max_session_tokens=BUDGET,
-                                   n_draft=3, max_spec_batch=max_spec_batch)
+# device: `ort-cuda`'s backend (its bindings, staging, pools committed through pointer tables,
+# draws by the graphs) over host memory, every token against ort-cpu's solo replay
+@pytest.mark.parametrize(("seed", "device"), [(0, False), (1, False), (0, True)],
+                         ids=["0", "1", "0-device"])
+def test_fuzz_plain_executor(tiny_artifact, monkeypatch, seed, device):
+    backend = host_backend(tiny_artifact, 5, "decomposed") if device else "ort-cpu"
+    executor = Executor.load(tiny_artifact, backend=backend, max_sessions=5,
+                             max_session_tokens=BUDGET)
+    reference = Executor.load(tiny_artifact, max_sessions=1, max_session_tokens=BUDGET)
+    fuzz(executor, reference, seed, monkeypatch)
+
+
+@pytest.mark.parametrize(("seed", "max_spec_batch", "device"),
+                         [(0, None, False), (1, 2, False), (0, None, True)],
+                         ids=["0", "1-limit-2", "0-device"])
+def test_fuzz_dflash_executor(dflash_artifact, monkeypatch, seed, max_spec_batch, device):
+    backend = host_backend(dflash_artifact, 5, "decomposed") if device else "ort-cpu"
+    executor = DFlashExecutor.load(dflash_artifact, backend=backend, max_sessions=5,
+                                   max_session_tokens=BUDGET, n_draft=3,
+                                   max_spec_batch=max_spec_batch)
     reference = Executor.load(dflash_artifact, max_sessions=1, max_session_tokens=BUDGET)
-    fuzzer = Fuzzer(executor, reference, np.random.default_rng(seed))
-    fuzzer.run(OPERATIONS, monkeypatch)
-    assert fuzzer.counts["outputs"] > 200 and fuzzer.counts["refusals"] > 100
+    fuzz(executor, reference, seed, monkeypatch)
     assert executor.stats.cycles > 20
     assert (executor.stats.plain_over_limit > 0) == (max_spec_batch is not None)
-    for sid in list(fuzzer.history):
-        executor.close_session(sid)
-    assert executor.cache.num_used == 0 and executor.draft.cache.num_used == 0
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["host", "queued"])
+def test_fuzz_tree_speculation_on_the_device_backend(dflash_artifact, monkeypatch, queued):
+    """Trees of proposals as `ort-cuda` runs them with CellAttention: grown and walked on the
+    device, the next verify queued at the verdict (the backend told it may verify trees over
+    the exported attention, whose rows the tiny model's tokens are far from rounding apart;
+    the reference decodes plainly over the same backend and form: test_trees.tree_backend).
+    Queued: over a device whose work waits until something waits for it, as on a stream
+    (test_decode_chain.QueuedDevice): a host that read a result or reused a buffer too early
+    would see stale bytes."""
+    backend = queued_backend(dflash_artifact, 5) if queued else \
+        host_backend(dflash_artifact, 5, "as-exported")
+    backend.exact_trees = True
+    executor = DFlashExecutor.load(dflash_artifact, backend=backend, max_sessions=5,
+                                   max_session_tokens=BUDGET, tree_nodes=7)
+    reference = Executor.load(dflash_artifact,
+                              backend=host_backend(dflash_artifact, 1, "as-exported"),
+                              max_sessions=1, max_session_tokens=BUDGET)
+    fuzz(executor, reference, 0, monkeypatch)
+    assert executor.stats.cycles > 20 and executor.stats.proposed == 7 * executor.stats.cycles
+    # some cycles grew their trees on the device and walked the next block there (most
+    # operations here drop a verify queued ahead: a rewind, a clone, another batch)
+    assert executor.stats.grown > 0 and executor.stats.walked > 0
