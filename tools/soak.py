@@ -7,7 +7,12 @@ streamed and abandoned half way. Every round checks the cell accounting (no cell
 the round's sessions are closed, the caches' invariants hold); the report gives tokens/s, the
 resident memory over time and the accounting at the end. Exits 1 on a leak.
 
-    python tools/soak.py [--tokens 1000000] [--seed 0] [--out soak.json]
+With --differential F, a fraction F of the rounds also checks the product's promises on that
+round's requests: the same batch through the other model (speculation on against off: the same
+target, so the same tokens, text and finish reasons at any temperature) and one request of the
+batch alone (batch invariance). Exits 1 on a difference too; the report lists the first ones.
+
+    python tools/soak.py [--tokens 1000000] [--seed 0] [--differential 0.3] [--out soak.json]
 """
 
 from __future__ import annotations
@@ -75,6 +80,19 @@ def check_accounting(llm) -> dict:
             "draft_cells_used": draft.cache.num_used if draft is not None else 0}
 
 
+def differences(got, expected, what: str) -> list[dict]:
+    """Where two runs of the same requests disagree: tokens, text or finish reason."""
+    found = []
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+        for name in ("token_ids", "text", "finish_reason"):
+            if getattr(a, name) != getattr(b, name):
+                found.append({"check": what, "request": i, "field": name,
+                              "got": str(getattr(a, name))[:200],
+                              "expected": str(getattr(b, name))[:200]})
+                break
+    return found
+
+
 def soak(args) -> dict:
     from cellspec.llm import LLM
 
@@ -83,6 +101,7 @@ def soak(args) -> dict:
         plain, spec = make_models(Path(tmp))
         llms = {False: LLM(plain, max_sessions=8), True: LLM(spec, max_sessions=8)}
         tokens, rounds, memory, leaks = 0, 0, [], []
+        checked, differing = 0, []
         start = time.perf_counter()
         while tokens < args.tokens:
             speculation = bool(rng.random() < 0.5)
@@ -96,6 +115,19 @@ def soak(args) -> dict:
             outputs = llm.generate(prompts, params)
             tokens += sum(len(o.token_ids) for o in outputs)
             rounds += 1
+            if rng.random() < args.differential:
+                found = differences(outputs, llms[not speculation].generate(prompts, params),
+                                    "speculation on against off")
+                alone = int(rng.integers(len(prompts)))
+                found += differences([outputs[alone]],
+                                     llm.generate([prompts[alone]], [params[alone]]),
+                                     f"request {alone} alone against in a batch of "
+                                     f"{len(prompts)}")
+                checked += 1
+                for difference in found:
+                    if len(differing) < 20:
+                        differing.append({"round": rounds, **difference})
+                    print(f"round {rounds}: {difference}", flush=True)
             accounting = check_accounting(llm)
             if any(accounting.values()):
                 leaks.append({"round": rounds, **accounting})
@@ -109,6 +141,7 @@ def soak(args) -> dict:
         return {"tokens": tokens, "rounds": rounds, "seconds": seconds,
                 "tokens_per_s": tokens / seconds, "memory": memory, "leaks": leaks,
                 "final": {str(k): check_accounting(v) for k, v in llms.items()},
+                "differential": {"rounds_checked": checked, "differences": differing},
                 "dflash": {"cycles": llms[True].executor.stats.cycles,
                            "tau": llms[True].executor.stats.tau}}
 
@@ -117,13 +150,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--differential", type=float, default=0.0,
+                        help="the fraction of rounds also run with speculation switched and "
+                        "one request alone, each compared (0 to 1)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if not 0.0 <= args.differential <= 1.0:
+        parser.error(f"--differential {args.differential}: expected a fraction in [0, 1]")
+    if args.tokens < 1:
+        parser.error(f"--tokens {args.tokens}: expected at least 1")
     report = soak(args)
     print(json.dumps({k: v for k, v in report.items() if k != "memory"}, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
-    sys.exit(1 if report["leaks"] else 0)
+    sys.exit(1 if report["leaks"] or report["differential"]["differences"] else 0)
 
 
 if __name__ == "__main__":
