@@ -64,7 +64,7 @@ class Fuzzer:
         self.history: dict[int, list[int]] = {}  # tokens the target holds, by position
         self.sampling: dict[int, tuple[Sampling, int] | None] = {}
         self.vocab = executor.vocab_size
-        self.counts = dict(outputs=0, refusals=0, poisoned=0)
+        self.counts = dict(outputs=0, refusals=0, poisoned=0, chained=0)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -171,6 +171,51 @@ class Fuzzer:
             self.history[item.sid] += list(out.tokens[:-1])
             self.pending[item.sid] = out.tokens[-1]
 
+    def op_decode(self) -> None:
+        """A decode chain (`decode`: the LLM's plain decoding) of sessions whose drawn token
+        waits at their frontier, up to 6 steps, stopped early by on_step at random; or a call
+        it must refuse whole."""
+        ready = [s for s in self.live() if s in self.pending and self.sampling[s] is not None
+                 and len(self.history[s]) + 8 < BUDGET - 20 and self.rng.random() < 0.6][:4]
+        if not ready:
+            return
+        batch = [BatchInput(s, (self.pending[s],), len(self.history[s])) for s in ready]
+        steps = int(self.rng.integers(1, 7))
+        if self.rng.random() < 0.2:
+            sid, frontier = ready[0], len(self.history[ready[0]])
+            bad = [
+                (batch, 0), (batch, 1.5), (batch, "2"), (batch, True),
+                ([BatchInput(sid, (self.pending[sid], 5), frontier)], steps),
+                ([BatchInput(sid, (self.pending[sid],), frontier, False)], steps),
+                ([BatchInput(sid, (self.pending[sid],), frontier - 1)], steps)
+                if frontier > 0 else (batch, -1),
+                ([BatchInput(sid, (self.pending[sid],), frontier)], BUDGET),
+                (batch + [batch[0]], steps),
+            ]
+            items, count = bad[int(self.rng.integers(len(bad)))]
+            self.refuse(lambda: self.ex.decode(items, count))
+            return
+        stop_at = int(self.rng.integers(1, steps + 1))
+        seen = []
+
+        def on_step(tokens):
+            seen.append(list(tokens))
+            return len(seen) >= stop_at
+
+        outputs = self.ex.decode(batch, steps, on_step if self.rng.random() < 0.5 else None)
+        for item, out in zip(batch, outputs, strict=True):
+            assert out.sid == item.sid and 1 <= len(out.tokens) <= steps
+            self.history[item.sid].append(int(item.tokens[0]))
+            for j, token in enumerate(out.tokens):
+                prefix = self.history[item.sid] + list(out.tokens[:j])
+                assert token == self.replay(item.sid, prefix), (item.sid, len(prefix))
+                self.counts["outputs"] += 1
+                self.counts["chained"] += 1
+            self.history[item.sid] += list(out.tokens[:-1])
+            self.pending[item.sid] = out.tokens[-1]
+        # on_step saw every step's tokens in input order, as far as it was called
+        assert all(step == [out.tokens[k] for out in outputs] for k, step in enumerate(seen))
+
     def make_input(self, sid: int) -> BatchInput | None:
         frontier = len(self.history[sid])
         wants = self.sampling[sid] is not None and self.rng.random() < 0.8
@@ -242,8 +287,9 @@ class Fuzzer:
 
     def run(self, operations: int, monkeypatch) -> None:
         self.pending: dict[int, int] = {}
-        names = ["open", "close", "clone", "rewind", "sampling", "execute", "bad", "failure"]
-        weights = np.array([0.1, 0.05, 0.07, 0.07, 0.1, 0.45, 0.14, 0.02])
+        names = ["open", "close", "clone", "rewind", "sampling", "execute", "bad", "failure",
+                 "decode"]
+        weights = np.array([0.1, 0.05, 0.07, 0.07, 0.1, 0.45, 0.14, 0.02, 0.1])
         deadline = time.monotonic() + SECONDS
         for _ in range(operations):
             if time.monotonic() > deadline:
@@ -266,6 +312,7 @@ def fuzz(executor, reference: Executor, seed: int, monkeypatch) -> None:
     fuzzer = Fuzzer(executor, reference, np.random.default_rng(seed))
     fuzzer.run(OPERATIONS, monkeypatch)
     assert fuzzer.counts["outputs"] > 200 and fuzzer.counts["refusals"] > 100
+    assert fuzzer.counts["chained"] > 20
     for sid in list(fuzzer.history):
         executor.close_session(sid)
     assert executor.cache.num_used == 0
