@@ -3,6 +3,7 @@ cellspec's CellAttention), every node placed on the device or a refusal naming t
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import onnx
@@ -154,10 +155,7 @@ def _tensor_bytes(tensor: onnx.TensorProto) -> int:
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
     except KeyError:
         return 0
-    count = 1
-    for dim in tensor.dims:
-        count *= dim
-    return count * itemsize
+    return math.prod(tensor.dims) * itemsize
 
 
 def session_options(providers: list, library: Path | None = None,

@@ -49,8 +49,7 @@ def pool_bytes(pools) -> list[bytes]:
     (the IOBinding backend's, here over host memory)."""
     if hasattr(pools, "arrays"):
         return [a.tobytes() for a in pools.arrays.values()]
-    pools.device.synchronize()
-    found = []
+    found = []  # a download waits for the device's work before it
     for buffer in pools.buffers.values():
         rows = np.empty(pools.max_cells * pools.row_bytes, np.uint8)
         pools.device.download(rows, buffer)
@@ -164,12 +163,7 @@ class Fuzzer:
                 assert not item.produce_output
                 continue
             assert out.sid == item.sid and item.produce_output
-            for j, token in enumerate(out.tokens):
-                prefix = self.history[item.sid] + list(out.tokens[:j])
-                assert token == self.replay(item.sid, prefix), (item.sid, len(prefix))
-                self.counts["outputs"] += 1
-            self.history[item.sid] += list(out.tokens[:-1])
-            self.pending[item.sid] = out.tokens[-1]
+            self.check_drawn(item.sid, out.tokens)
 
     def op_decode(self) -> None:
         """A decode chain (`decode`: the LLM's plain decoding) of sessions whose drawn token
@@ -206,15 +200,20 @@ class Fuzzer:
         for item, out in zip(batch, outputs, strict=True):
             assert out.sid == item.sid and 1 <= len(out.tokens) <= steps
             self.history[item.sid].append(int(item.tokens[0]))
-            for j, token in enumerate(out.tokens):
-                prefix = self.history[item.sid] + list(out.tokens[:j])
-                assert token == self.replay(item.sid, prefix), (item.sid, len(prefix))
-                self.counts["outputs"] += 1
-                self.counts["chained"] += 1
-            self.history[item.sid] += list(out.tokens[:-1])
-            self.pending[item.sid] = out.tokens[-1]
+            self.check_drawn(item.sid, out.tokens)
+            self.counts["chained"] += len(out.tokens)
         # on_step saw every step's tokens in input order, as far as it was called
         assert all(step == [out.tokens[k] for out in outputs] for k, step in enumerate(seen))
+
+    def check_drawn(self, sid: int, tokens) -> None:
+        """Each token `sid` drew after its history against the solo replay of its prefix; all
+        but the last join the history, the last waits as the session's pending token."""
+        for j, token in enumerate(tokens):
+            prefix = self.history[sid] + list(tokens[:j])
+            assert token == self.replay(sid, prefix), (sid, len(prefix))
+            self.counts["outputs"] += 1
+        self.history[sid] += list(tokens[:-1])
+        self.pending[sid] = tokens[-1]
 
     def make_input(self, sid: int) -> BatchInput | None:
         frontier = len(self.history[sid])
