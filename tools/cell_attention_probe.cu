@@ -10,6 +10,8 @@
 //   nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" tools/cell_attention_probe.cu \
 //       -o /tmp/probe && /tmp/probe
 //
+// `/tmp/probe mma` times tools/cell_attention_mma.cuh's prototype (the chunk on the tensor cores)
+// next to the plugin's launch, and checks that it keeps the plugin's invariances.
 // `/tmp/probe verify-qwen` times every tiling of Qwen3-8B-headed verifies (16 rows, 1024 cells).
 // `/tmp/probe pair` times pair_kernel instead (steps tiled one (row, head) pair a block over 2-4
 // chunks: decode steps and verifies over a few hundred cells), next to an empty kernel of the
@@ -19,6 +21,7 @@
 // chunk_kernel reads its key rows through its staging buffer where the plugin would (the line's
 // "staged"); CELLSPEC_PROBE_STAGED=0 or 1 forces the choice, whose hashes must agree.
 #include "../cellspec/plugins/cell_attention.cu"
+#include "cell_attention_mma.cuh"
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -27,8 +30,10 @@
 template <typename T> T from_float_host(float x);
 template <> float from_float_host<float>(float x) { return x; }
 template <> __half from_float_host<__half>(float x) { return __float2half(x); }
+template <> __nv_bfloat16 from_float_host<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
 double to_double_host(float x) { return x; }
 double to_double_host(__half x) { return __half2float(x); }
+double to_double_host(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 template <typename T>
 std::vector<T> random_values(size_t n) {
@@ -62,50 +67,161 @@ void print_stages(int64_t blocks) {
 }
 #endif
 
+// one step's inputs on the host: new tokens at positions length + i after `length` cells
+// (length = N - Q - 2), each row seeing the cells and the new tokens up to its own, the cells
+// of session s at pool rows 1 + s N + j (the pool's last 63 rows free)
 template <typename T>
-void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int reps,
-         bool pair = false) {
+struct HostStep {
+  int S, Q, N, H, KV, D;
+  std::vector<T> k_pool, v_pool, q, k_new, v_new;
+  std::vector<int64_t> table, positions;
+  std::vector<char> mask;
+};
+
+template <typename T>
+HostStep<T> random_step(int S, int Q, int N, int H, int KV, int D) {
   // the inputs a function of the shape alone, so that lines of one shape (other tilings, staged
   // or not, pair_kernel) get the same inputs and must print the same hash
   srand(static_cast<unsigned>(((S * 131 + Q) * 131 + N) * 131 + H * 7 + D));
+  HostStep<T> st{S, Q, N, H, KV, D};
   const int cells = S * N + 64;
-  const std::vector<T> host_pool = random_values<T>((size_t)cells * KV * D);
-  const std::vector<T> host_vpool = random_values<T>(host_pool.size());
-  const std::vector<T> host_q = random_values<T>((size_t)S * Q * H * D);
-  const std::vector<T> host_k = random_values<T>((size_t)S * Q * KV * D);
-  const std::vector<T> host_v = random_values<T>(host_k.size());
+  st.k_pool = random_values<T>((size_t)cells * KV * D);
+  st.v_pool = random_values<T>(st.k_pool.size());
+  st.q = random_values<T>((size_t)S * Q * H * D);
+  st.k_new = random_values<T>((size_t)S * Q * KV * D);
+  st.v_new = random_values<T>(st.k_new.size());
+  st.table.resize((size_t)S * N);
+  st.positions.resize((size_t)S * Q);
+  st.mask.assign((size_t)S * Q * (N + Q), 0);
+  const int length = std::max(N - Q - 2, 0);  // cells before the new tokens
+  for (int s = 0; s < S; ++s) {
+    for (int j = 0; j < N; ++j) st.table[(size_t)s * N + j] = 1 + s * N + j;
+    for (int i = 0; i < Q; ++i) {
+      st.positions[(size_t)s * Q + i] = length + i;
+      for (int j = 0; j < length; ++j) st.mask[((size_t)s * Q + i) * (N + Q) + j] = 1;
+      for (int j = 0; j <= i; ++j) st.mask[((size_t)s * Q + i) * (N + Q) + N + j] = 1;
+    }
+  }
+  return st;
+}
+
+template <typename T>
+Dims dims_of(const HostStep<T>& st) {
+  return Dims{st.S, st.Q, st.N, st.H, st.KV, st.D, (st.N + st.Q + kChunk - 1) / kChunk, 0.125f,
+              1, 1, 1, 1};
+}
+
+// a step's inputs, output and scratch on the device
+template <typename T>
+struct DeviceStep {
   T *q, *k_new, *v_new, *k_pool, *v_pool, *out;
   int64_t *table, *positions;
   bool* mask;
   float* partials;
-  cudaMalloc(&q, sizeof(T) * S * Q * H * D);
-  cudaMalloc(&k_new, sizeof(T) * S * Q * KV * D);
-  cudaMalloc(&v_new, sizeof(T) * S * Q * KV * D);
-  cudaMalloc(&k_pool, sizeof(T) * host_pool.size());
-  cudaMalloc(&v_pool, sizeof(T) * host_pool.size());
-  cudaMemcpy(k_pool, host_pool.data(), sizeof(T) * host_pool.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(v_pool, host_vpool.data(), sizeof(T) * host_pool.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(q, host_q.data(), sizeof(T) * host_q.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(k_new, host_k.data(), sizeof(T) * host_k.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(v_new, host_v.data(), sizeof(T) * host_v.size(), cudaMemcpyHostToDevice);
-  std::vector<int64_t> t((size_t)S * N), pos((size_t)S * Q);
-  std::vector<char> m((size_t)S * Q * (N + Q), 0);
-  const int length = std::max(N - Q - 2, 0);  // cells before the new tokens
-  for (int s = 0; s < S; ++s) {
-    for (int j = 0; j < N; ++j) t[(size_t)s * N + j] = 1 + s * N + j;
-    for (int i = 0; i < Q; ++i) {
-      pos[(size_t)s * Q + i] = length + i;
-      for (int j = 0; j < length; ++j) m[((size_t)s * Q + i) * (N + Q) + j] = 1;
-      for (int j = 0; j <= i; ++j) m[((size_t)s * Q + i) * (N + Q) + N + j] = 1;
-    }
+  size_t out_size;
+  template <typename V>
+  static V* copy(const std::vector<V>& host) {
+    V* device;
+    cudaMalloc(&device, sizeof(V) * std::max<size_t>(host.size(), 1));
+    cudaMemcpy(device, host.data(), sizeof(V) * host.size(), cudaMemcpyHostToDevice);
+    return device;
   }
-  cudaMalloc(&table, 8 * t.size());
-  cudaMalloc(&positions, 8 * pos.size());
-  cudaMalloc(&mask, m.size());
-  cudaMemcpy(table, t.data(), 8 * t.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(positions, pos.data(), 8 * pos.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(mask, m.data(), m.size(), cudaMemcpyHostToDevice);
-  Dims dm{S, Q, N, H, KV, D, (N + Q + kChunk - 1) / kChunk, 0.125f, 1, 1, 1, 1};
+  explicit DeviceStep(const HostStep<T>& st) {
+    q = copy(st.q); k_new = copy(st.k_new); v_new = copy(st.v_new);
+    k_pool = copy(st.k_pool); v_pool = copy(st.v_pool);
+    table = copy(st.table); positions = copy(st.positions);
+    mask = reinterpret_cast<bool*>(copy(st.mask));
+    out_size = (size_t)st.S * st.Q * st.H * st.D;
+    cudaMalloc(&out, sizeof(T) * out_size);
+    cudaMalloc(&partials, sizeof(float) * out_size / st.D * dims_of(st).chunks * (st.D + 2));
+  }
+  ~DeviceStep() {
+    cudaFree(q); cudaFree(k_new); cudaFree(v_new); cudaFree(k_pool); cudaFree(v_pool);
+    cudaFree(out); cudaFree(table); cudaFree(positions); cudaFree(mask); cudaFree(partials);
+  }
+  std::vector<T> output() const {
+    std::vector<T> got(out_size);
+    cudaMemcpy(got.data(), out, sizeof(T) * got.size(), cudaMemcpyDeviceToHost);
+    return got;
+  }
+};
+
+template <typename T>
+uint64_t hash_of(const std::vector<T>& got) {  // FNV-1a of the output's bytes
+  uint64_t hash = 1469598103934665603ull;
+  for (size_t i = 0; i < got.size() * sizeof(T); ++i)
+    hash = (hash ^ reinterpret_cast<const unsigned char*>(got.data())[i]) * 1099511628211ull;
+  return hash;
+}
+
+// the largest difference of `got` from float64 attention over the cells and new tokens each row
+// sees
+template <typename T>
+double reference_error(const HostStep<T>& st, const std::vector<T>& got, float scale) {
+  const int S = st.S, Q = st.Q, N = st.N, H = st.H, KV = st.KV, D = st.D;
+  // the inputs as floats once (a host conversion of a __half is a software routine: converted
+  // at every use, eight sessions' reference took longer than the probe's time limit)
+  auto floats = [](const std::vector<T>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = static_cast<float>(to_double_host(v[i]));
+    return f;
+  };
+  const std::vector<float> f_pool = floats(st.k_pool), f_vpool = floats(st.v_pool),
+                           f_q = floats(st.q), f_k = floats(st.k_new), f_v = floats(st.v_new);
+  const std::vector<int64_t>& t = st.table;
+  const std::vector<char>& m = st.mask;
+  double max_err = 0.0;
+  std::vector<double> score(N + Q), acc(D);
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < Q; ++i)
+      for (int h = 0; h < H; ++h) {
+        const int kv = h / (H / KV);
+        const float* qr = &f_q[(((size_t)s * Q + i) * H + h) * D];
+        auto key = [&](int j) {  // cell slot j < N, else new token j - N
+          return j < N ? &f_pool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
+                       : &f_k[(((size_t)s * Q + j - N) * KV + kv) * D];
+        };
+        auto value = [&](int j) {
+          return j < N ? &f_vpool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
+                       : &f_v[(((size_t)s * Q + j - N) * KV + kv) * D];
+        };
+        double top = -1e300, total = 0.0;
+        for (int j = 0; j < N + Q; ++j) {
+          if (!m[((size_t)s * Q + i) * (N + Q) + j]) continue;
+          double dot = 0.0;
+          const float* kr = key(j);
+          for (int d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * kr[d];
+          score[j] = dot * scale;
+          top = std::max(top, score[j]);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int j = 0; j < N + Q; ++j) {
+          if (!m[((size_t)s * Q + i) * (N + Q) + j]) continue;
+          const double e = std::exp(score[j] - top);
+          total += e;
+          const float* vr = value(j);
+          for (int d = 0; d < D; ++d) acc[d] += e * vr[d];
+        }
+        for (int d = 0; d < D; ++d) {
+          const double want = acc[d] / total;
+          const double have = to_double_host(got[(((size_t)s * Q + i) * H + h) * D + d]);
+          max_err = std::max(max_err, std::fabs(have - want));
+        }
+      }
+  return max_err;
+}
+
+template <typename T>
+void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int reps,
+         bool pair = false) {
+  const HostStep<T> st = random_step<T>(S, Q, N, H, KV, D);
+  DeviceStep<T> dev(st);
+  T *q = dev.q, *k_new = dev.k_new, *v_new = dev.v_new, *k_pool = dev.k_pool,
+    *v_pool = dev.v_pool, *out = dev.out;
+  int64_t *table = dev.table, *positions = dev.positions;
+  bool* mask = dev.mask;
+  float* partials = dev.partials;
+  Dims dm = dims_of(st);
   if (pair) {  // one (row, head) pair a block, as the plugin launches pair_kernel
     if (dm.chunks < 2 || dm.chunks > kMaxInBlockChunks) {
       printf("S=%d Q=%d N=%d: %lld chunks, pair_kernel takes 2 to %d\n", S, Q, N,
@@ -123,8 +239,6 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   } else {
     tile(dm, resident_chunk_blocks<T>);
   }
-  cudaMalloc(&partials, sizeof(float) * S * Q * H * dm.chunks * (D + 2));
-  cudaMalloc(&out, sizeof(T) * S * Q * H * D);
   const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
   // the plugin's choice of staged key rows, or CELLSPEC_PROBE_STAGED=0 / 1's
   const char* forced = std::getenv("CELLSPEC_PROBE_STAGED");
@@ -149,58 +263,9 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   float chunk_ms, combine_ms;
   cudaEventElapsedTime(&chunk_ms, a, b);
   cudaEventElapsedTime(&combine_ms, b, c);
-  std::vector<T> got((size_t)S * Q * H * D);
-  cudaMemcpy(got.data(), out, sizeof(T) * got.size(), cudaMemcpyDeviceToHost);
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a of the output's bytes
-  for (size_t i = 0; i < got.size() * sizeof(T); ++i)
-    hash = (hash ^ reinterpret_cast<const unsigned char*>(got.data())[i]) * 1099511628211ull;
-  double max_err = 0.0;  // against float64 attention over the cells and new tokens each row sees
-  // the inputs as floats once (a host conversion of a __half is a software routine: converted
-  // at every use, eight sessions' reference took longer than the probe's time limit)
-  auto floats = [](const std::vector<T>& v) {
-    std::vector<float> f(v.size());
-    for (size_t i = 0; i < v.size(); ++i) f[i] = static_cast<float>(to_double_host(v[i]));
-    return f;
-  };
-  const std::vector<float> f_pool = floats(host_pool), f_vpool = floats(host_vpool),
-                           f_q = floats(host_q), f_k = floats(host_k), f_v = floats(host_v);
-  std::vector<double> score(N + Q), acc(D);
-  for (int s = 0; s < S; ++s)
-    for (int i = 0; i < Q; ++i)
-      for (int h = 0; h < H; ++h) {
-        const int kv = h / (H / KV);
-        const float* qr = &f_q[(((size_t)s * Q + i) * H + h) * D];
-        auto key = [&](int j) {  // cell slot j < N, else new token j - N
-          return j < N ? &f_pool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
-                       : &f_k[(((size_t)s * Q + j - N) * KV + kv) * D];
-        };
-        auto value = [&](int j) {
-          return j < N ? &f_vpool[((size_t)t[(size_t)s * N + j] * KV + kv) * D]
-                       : &f_v[(((size_t)s * Q + j - N) * KV + kv) * D];
-        };
-        double top = -1e300, total = 0.0;
-        for (int j = 0; j < N + Q; ++j) {
-          if (!m[((size_t)s * Q + i) * (N + Q) + j]) continue;
-          double dot = 0.0;
-          const float* kr = key(j);
-          for (int d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * kr[d];
-          score[j] = dot * dm.scale;
-          top = std::max(top, score[j]);
-        }
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int j = 0; j < N + Q; ++j) {
-          if (!m[((size_t)s * Q + i) * (N + Q) + j]) continue;
-          const double e = std::exp(score[j] - top);
-          total += e;
-          const float* vr = value(j);
-          for (int d = 0; d < D; ++d) acc[d] += e * vr[d];
-        }
-        for (int d = 0; d < D; ++d) {
-          const double want = acc[d] / total;
-          const double have = to_double_host(got[(((size_t)s * Q + i) * H + h) * D + d]);
-          max_err = std::max(max_err, std::fabs(have - want));
-        }
-      }
+  const std::vector<T> got = dev.output();
+  const uint64_t hash = hash_of(got);
+  const double max_err = reference_error(st, got, dm.scale);
   if (pair) {
     const unsigned grid = static_cast<unsigned>(S * Q * H), threads = kChunk * dm.chunks;
     for (int w = 0; w < 3; ++w) empty_kernel<<<grid, threads>>>();
@@ -224,11 +289,148 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
            1e3 * chunk_ms / reps, 1e3 * combine_ms / reps, max_err, (unsigned long long)hash,
            cudaGetErrorString(cudaGetLastError()));
   }
-  cudaFree(q); cudaFree(k_new); cudaFree(v_new); cudaFree(k_pool); cudaFree(v_pool); cudaFree(out);
-  cudaFree(table); cudaFree(positions); cudaFree(mask); cudaFree(partials);
+}
+
+// `mma` mode: the plugin's launch of a step (attend's choice: pair_kernel, or chunk_kernel and
+// combine_kernel) or the prototype's (cell_attention_mma.cuh), `reps` times after 3 warm-ups;
+// the step's output, and the microseconds a launch took
+template <typename T>
+std::vector<T> attend_step(const HostStep<T>& st, bool mma, int reps, float* us = nullptr) {
+  DeviceStep<T> d(st);
+  Dims dm = dims_of(st);
+  auto launch = [&] {
+    if (mma) {
+      launch_mma<T>(d.q, d.k_new, d.v_new, d.k_pool, d.v_pool, d.table, d.mask, d.positions,
+                    dm, d.partials, d.out, nullptr);
+    } else if (pairs_in_one_launch(dm, sizeof(T))) {
+      pair_kernel<T, false><<<st.S * st.Q * st.H, kChunk * dm.chunks>>>(
+          d.q, d.k_new, d.v_new, d.k_pool, d.v_pool, d.table, d.mask, d.positions, dm, d.out);
+    } else {
+      const int64_t blocks = dm.S * dm.row_tiles * (dm.H / dm.heads) * dm.chunks;
+      chunk_kernel_for<T>(dm.heads, false, staged_keys<T>(dm, blocks, false))<<<blocks, kChunk>>>(
+          d.q, d.k_new, d.v_new, d.k_pool, d.v_pool, d.table, d.mask, d.positions, dm, d.partials,
+          d.out);
+      if (dm.chunks > 1)
+        combine_kernel<T, false><<<st.S * st.Q * st.H, st.D < 128 ? st.D : 128,
+                                   combine_bytes(dm)>>>(d.partials, dm, d.out);
+    }
+  };
+  if (mma)
+    dm = mma_tiling(dm);
+  else
+    tile(dm, resident_chunk_blocks<T>);
+  for (int w = 0; w < 3; ++w) launch();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a); cudaEventCreate(&b);
+  cudaEventRecord(a);
+  for (int r = 0; r < reps; ++r) launch();
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0.f;
+  cudaEventElapsedTime(&ms, a, b);
+  if (us != nullptr) *us = 1e3f * ms / std::max(reps, 1);
+  cudaEventDestroy(a); cudaEventDestroy(b);
+  const cudaError_t status = cudaDeviceSynchronize();
+  if (status != cudaSuccess) printf("  CUDA error: %s\n", cudaGetErrorString(status));
+  return d.output();
+}
+
+// both launches of one step: time, error against float64, hash
+template <typename T>
+void compare_paths(int S, int Q, int N, int H, int KV, int D, int reps) {
+  const HostStep<T> st = random_step<T>(S, Q, N, H, KV, D);
+  float plugin_us = 0.f, mma_us = 0.f;
+  const std::vector<T> plugin = attend_step(st, false, reps, &plugin_us);
+  const std::vector<T> mma = attend_step(st, true, reps, &mma_us);
+  const Dims dm = mma_tiling(dims_of(st));
+  printf("%s S=%d Q=%d N=%d H=%d KV=%d D=%d: plugin %.2f us (err %.1e, hash %016llx), "
+         "mma %.2f us (%lld blocks, err %.1e, hash %016llx): %.2fx\n",
+         sizeof(T) == 2 && std::is_same<T, __half>::value ? "f16" : "bf16", S, Q, N, H, KV, D,
+         plugin_us, reference_error(st, plugin, 0.125f), (unsigned long long)hash_of(plugin),
+         mma_us, (long long)mma_blocks(dm), reference_error(st, mma, 0.125f),
+         (unsigned long long)hash_of(mma), plugin_us / std::max(mma_us, 1e-3f));
+}
+
+// the plain step of row r of a one-session verify `v`, after the verify: rows 0 .. r - 1 are cells
+// now (the pool's free rows), at their positions' columns, and row r is the step's one token
+template <typename T>
+HostStep<T> plain_step_of_row(const HostStep<T>& v, int r) {
+  HostStep<T> p = v;
+  const size_t kv = (size_t)v.KV * v.D, hd = (size_t)v.H * v.D;
+  const int64_t length = v.positions[0];
+  for (int j = 0; j < r; ++j) {
+    const size_t cell = (size_t)v.N + 1 + j;  // free: the table uses rows 1 .. N
+    std::copy_n(&v.k_new[j * kv], kv, &p.k_pool[cell * kv]);
+    std::copy_n(&v.v_new[j * kv], kv, &p.v_pool[cell * kv]);
+    p.table[length + j] = static_cast<int64_t>(cell);
+  }
+  p.Q = 1;
+  p.q.assign(&v.q[r * hd], &v.q[(r + 1) * hd]);
+  p.k_new.assign(&v.k_new[r * kv], &v.k_new[(r + 1) * kv]);
+  p.v_new.assign(&v.v_new[r * kv], &v.v_new[(r + 1) * kv]);
+  p.positions = {length + r};
+  p.mask.assign((size_t)v.N + 1, 0);
+  for (int64_t j = 0; j < length + r; ++j) p.mask[j] = 1;
+  p.mask[v.N] = 1;
+  return p;
+}
+
+// session s of a step alone (the same pool)
+template <typename T>
+HostStep<T> session_alone(const HostStep<T>& b, int s) {
+  HostStep<T> a = b;
+  const size_t q = (size_t)b.Q, hd = q * b.H * b.D, kv = q * b.KV * b.D, cols = b.N + b.Q;
+  a.S = 1;
+  a.q.assign(&b.q[s * hd], &b.q[(s + 1) * hd]);
+  a.k_new.assign(&b.k_new[s * kv], &b.k_new[(s + 1) * kv]);
+  a.v_new.assign(&b.v_new[s * kv], &b.v_new[(s + 1) * kv]);
+  a.table.assign(&b.table[(size_t)s * b.N], &b.table[(size_t)(s + 1) * b.N]);
+  a.positions.assign(&b.positions[s * q], &b.positions[(s + 1) * q]);
+  a.mask.assign(&b.mask[s * q * cols], &b.mask[(s + 1) * q * cols]);
+  return a;
+}
+
+// whether each row's output bytes of a one-session verify equal its plain step's, and each
+// session's of a batch equal it alone, for both launches
+template <typename T>
+void check_invariance(int Q, int N, int H, int KV, int D, int S) {
+  const HostStep<T> v = random_step<T>(1, Q, N, H, KV, D);
+  const HostStep<T> b = random_step<T>(S, Q, N, H, KV, D);
+  const size_t row = (size_t)H * D;
+  for (const bool mma : {false, true}) {
+    const std::vector<T> verify = attend_step(v, mma, 0), batch = attend_step(b, mma, 0);
+    int rows_equal = 0, sessions_equal = 0;
+    for (int r = 0; r < Q; ++r) {
+      const std::vector<T> plain = attend_step(plain_step_of_row(v, r), mma, 0);
+      rows_equal += memcmp(plain.data(), &verify[r * row], row * sizeof(T)) == 0;
+    }
+    for (int s = 0; s < S; ++s) {
+      const std::vector<T> alone = attend_step(session_alone(b, s), mma, 0);
+      sessions_equal += memcmp(alone.data(), &batch[s * Q * row], Q * row * sizeof(T)) == 0;
+    }
+    printf("%s Q=%d N=%d H=%d KV=%d D=%d: verify rows equal to their plain steps %d/%d, "
+           "sessions of %d equal to each alone %d/%d\n", mma ? "mma   " : "plugin", Q, N, H, KV,
+           D, rows_equal, Q, S, sessions_equal, S);
+  }
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "mma") {
+    // the prototype against the plugin's launch: Qwen3-8B's heads (shape C) and SmolLM2's, decode
+    // steps and 16-row verifies at 1,024 and 256 cells, 1 and 8 sessions; then the invariances
+    const int shapes[][3] = {{1, 1, 1024}, {1, 16, 1024}, {8, 1, 1024}, {8, 16, 1024},
+                             {1, 1, 256}, {1, 16, 256}, {32, 1, 1024}};
+    for (const auto& sqn : shapes) {
+      compare_paths<__half>(sqn[0], sqn[1], sqn[2], 32, 8, 128, 50);
+      compare_paths<__half>(sqn[0], sqn[1], sqn[2], 9, 3, 64, 50);
+    }
+    compare_paths<__nv_bfloat16>(1, 16, 1024, 32, 8, 128, 50);
+    check_invariance<__half>(16, 1024, 32, 8, 128, 4);
+    check_invariance<__half>(16, 256, 9, 3, 64, 4);
+    check_invariance<__half>(1, 1024, 32, 8, 128, 8);
+    check_invariance<__nv_bfloat16>(16, 1024, 32, 8, 128, 2);
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "pair") {
     // the gpu_bench.py kernels shapes at 256 cells (3 chunks): SmolLM2's heads (A) and Qwen3-8B's
     // (B), one row and a 16-row verify, and A's decode at 8 sessions
