@@ -27,7 +27,9 @@
 // every row that sees the slot sees the same key there (a chain's verify, a decode step); where
 // two rows see different keys at one slot (siblings of a tree, at one position), the block runs
 // its rows one at a time. Either way each pair's arithmetic is the same.
+#ifdef __CUDACC__  // (tools/cell_attention_mma_emulate.cpp brings its own nvcuda::wmma)
 #include <mma.h>
+#endif
 
 namespace {
 
@@ -296,18 +298,5 @@ bool mma_fits(const Dims& dm, size_t element_size) {
 }
 
 int64_t mma_blocks(const Dims& dm) { return dm.S * dm.row_tiles * dm.KV * dm.chunks; }
-
-// the step's attention: mma_chunk_kernel, then combine_kernel where the step has several chunks
-template <typename T>
-void launch_mma(const T* q, const T* k_new, const T* v_new, const T* k_pool, const T* v_pool,
-                const int64_t* table, const bool* mask, const int64_t* positions, const Dims& dm,
-                float* partials, T* out, cudaStream_t stream) {
-  mma_chunk_kernel<T, false><<<static_cast<unsigned>(mma_blocks(dm)), kMmaThreads, 0, stream>>>(
-      q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
-  if (dm.chunks > 1)
-    combine_kernel<T, false><<<static_cast<unsigned>(dm.S * dm.Q * dm.H),
-                               dm.D < 128 ? static_cast<unsigned>(dm.D) : 128u,
-                               combine_bytes(dm), stream>>>(partials, dm, out);
-}
 
 }  // namespace

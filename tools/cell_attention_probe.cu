@@ -291,6 +291,19 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
   }
 }
 
+// the step's attention: mma_chunk_kernel, then combine_kernel where the step has several chunks
+template <typename T>
+void launch_mma(const T* q, const T* k_new, const T* v_new, const T* k_pool, const T* v_pool,
+                const int64_t* table, const bool* mask, const int64_t* positions, const Dims& dm,
+                float* partials, T* out, cudaStream_t stream) {
+  mma_chunk_kernel<T, false><<<static_cast<unsigned>(mma_blocks(dm)), kMmaThreads, 0, stream>>>(
+      q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
+  if (dm.chunks > 1)
+    combine_kernel<T, false><<<static_cast<unsigned>(dm.S * dm.Q * dm.H),
+                               dm.D < 128 ? static_cast<unsigned>(dm.D) : 128u,
+                               combine_bytes(dm), stream>>>(partials, dm, out);
+}
+
 // `mma` mode: the plugin's launch of a step (attend's choice: pair_kernel, or chunk_kernel and
 // combine_kernel) or the prototype's (cell_attention_mma.cuh), `reps` times after 3 warm-ups;
 // the step's output, and the microseconds a launch took
