@@ -141,8 +141,9 @@ float warp_reduce(float value) {  // the plugin's, word for word
 #include "../tools/cell_attention_mma.cuh"
 
 // --- the emulated launch -----------------------------------------------------------------------
-struct Step {  // tools/cell_attention_probe.cu's HostStep
+struct Step {  // tools/cell_attention_probe.cu's HostStep, and whether keys go by position
   int S, Q, N, H, KV, D;
+  int by_position = 1;
   std::vector<__half> k_pool, v_pool, q, k_new, v_new;
   std::vector<int64_t> table, positions;
   std::vector<char> mask;
@@ -179,7 +180,7 @@ Step random_step(int S, int Q, int N, int H, int KV, int D, unsigned seed) {
 
 Dims dims_of(const Step& st) {
   return Dims{st.S, st.Q, st.N, st.H, st.KV, st.D, (st.N + st.Q + kChunk - 1) / kChunk, 0.125f,
-              1, 1, 1, 1};
+              st.by_position, 1, 1, 1};
 }
 
 // mma_chunk_kernel over every block (one at a time, 128 host threads each), then combine_kernel's
@@ -327,7 +328,16 @@ Step tree_step(Step st) {
   return st;
 }
 
-// the tree's reference: row i's keys are the cells and its ancestors (new tokens as listed)
+// a draft block's step: every row sees its session's cells and every new token of its row (not
+// causal), new token i at key N + i (by_position 0)
+Step block_step(Step st) {
+  st.by_position = 0;
+  for (int s = 0; s < st.S; ++s)
+    for (int i = 0; i < st.Q; ++i)
+      std::fill_n(&st.mask[((size_t)s * st.Q + i) * (st.N + st.Q) + st.N], st.Q, 1);
+  return st;
+}
+
 int main() {
   int failures = 0;
   auto check = [&](const char* what, bool ok) {
@@ -372,6 +382,11 @@ int main() {
     snprintf(line, sizeof line, "  a tree's verify (rows one a pass), max err %.1e",
              reference_error(tree, tree_out));
     check(line, reference_error(tree, tree_out) < 4e-3);
+    const Step block = block_step(b);
+    const std::vector<float> block_out = attend(block);
+    snprintf(line, sizeof line, "  a draft block's step (keys N + i, not causal), max err %.1e",
+             reference_error(block, block_out));
+    check(line, reference_error(block, block_out) < 4e-3);
   }
   printf("%s\n", failures ? "FAILED" : "all ok");
   return failures ? 1 : 0;
