@@ -12,7 +12,8 @@
 // the tensor cores.
 //
 // The layout: one block per (sequence, tile of up to kMmaRows of its rows, kv head, chunk of
-// kChunk keys: chunk_kernel's chunks, so combine_kernel and its partials serve unchanged). The
+// kKeys keys: 128, chunk_kernel's chunks, or 64; combine_kernel and the partials' layout serve
+// either, dm.chunks counting the kernel's chunks). The
 // block's (row, query head) pairs, at most 16 (rows x the kv head's query heads), are the rows
 // of one m16 tile: scores = Q K^T on the tensor cores, half a chunk's keys at a time, float32;
 // each pair's max, exp and sum over the chunk by one warp in a fixed order; weights rounded to T;
@@ -21,7 +22,7 @@
 //
 // Why a row's result cannot depend on its block: an element of an MMA's output is its own row
 // of A times its own column of B, the k-steps in a fixed order (D / 16 of them for the scores,
-// kChunk / 16 for the sum), whatever the other rows hold; keys a pair does not see get weight
+// kKeys / 16 for the sum), whatever the other rows hold; keys a pair does not see get weight
 // exactly 0 (their products are 0, and a key that no row of the block sees is staged as zeros,
 // since its cell may hold anything). A block's rows share one staged key per slot only where
 // every row that sees the slot sees the same key there (a chain's verify, a decode step); where
@@ -44,7 +45,7 @@ constexpr int kStagedLd = kMaxHeadDim + kMmaPad;
 constexpr int kWeightLd = kChunk + kMmaPad;
 constexpr long long kNoKey = LLONG_MIN;  // a slot a row does not see
 
-static_assert(kChunk == 128 && kMmaWarps == 4, "the warps' shares below are for 128 keys");
+static_assert(kChunk == 128 && kMmaWarps == 4, "the warps' shares below are for 64 keys a stage");
 
 // a slot's key source: cell >= 0, or -1 - i for new token i, or kNoKey
 template <typename T>
@@ -79,7 +80,7 @@ __device__ __forceinline__ void stage_rows(T (*staged)[kStagedLd], const long lo
   }
 }
 
-template <typename T, bool kOverlap>
+template <typename T, int kKeys, bool kOverlap>
 __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
     const T* __restrict__ q, const T* __restrict__ k_new, const T* __restrict__ v_new,
     const T* __restrict__ k_pool, const T* __restrict__ v_pool,
@@ -111,7 +112,8 @@ __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
   const int D = static_cast<int>(dm.D);
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int64_t kv_offset = g * dm.D;
-  const int64_t first = c * kChunk, key = first + t;
+  static_assert(kKeys == 64 || kKeys == 128, "a chunk is one or two stages of keys");
+  const int64_t first = c * kKeys, key = first + t;
   if constexpr (kOverlap) {
     allow_dependents();
     wait_for_predecessor();
@@ -126,19 +128,21 @@ __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
     for (int64_t i = t; i < dm.Q; i += kMmaThreads) {
       const bool sees = mask_row[dm.N + i];
       const int64_t at = dm.by_position ? positions[s * dm.Q + i] : dm.N + i;
-      if (at >= first && at < first + kChunk && sees) new_col[r][at - first] = static_cast<int>(i);
+      if (at >= first && at < first + kKeys && sees) new_col[r][at - first] = static_cast<int>(i);
     }
   }
   __syncthreads();
-  const int64_t cell = key < dm.N ? cell_table[s * dm.N + key] : 0;
+  const int64_t cell = t < kKeys && key < dm.N ? cell_table[s * dm.N + key] : 0;
   bool any = false, conflict = false;
   long long seen = kNoKey;
   for (int r = 0; r < rows; ++r) {
     long long source = kNoKey;
-    if (key < dm.N && mask[(s * dm.Q + r0 + r) * (dm.N + dm.Q) + key])
+    if (t >= kKeys) {  // no slot of this chunk
+    } else if (key < dm.N && mask[(s * dm.Q + r0 + r) * (dm.N + dm.Q) + key]) {
       source = cell;
-    else if (new_col[r][t] >= 0)
+    } else if (new_col[r][t] >= 0) {
       source = -1 - new_col[r][t];
+    }
     sources[r][t] = source;
     if (source == kNoKey) continue;
     any = true;
@@ -200,7 +204,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
 
     // scores: warp w takes keys 16 w .. 16 w + 15 of each half
 #pragma unroll 1
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < kKeys / kHalfChunk; ++half) {
       stage_rows<T>(staged, pass_sources + half * kHalfChunk, k_pool, k_new, s, dm, kv_offset);
       __syncthreads();
       FragSum dot;
@@ -221,10 +225,10 @@ __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
     // slots l, l + 32, l + 64, l + 96, in that order, then warp_reduce's fixed tree
     for (int p = warp; p < kMmaPairs; p += kMmaWarps) {
       const int row = row0 + p / group;
-      float e[kChunk / 32];
+      float e[kKeys / 32];
       float top = -INFINITY;
 #pragma unroll
-      for (int u = 0; u < kChunk / 32; ++u) {
+      for (int u = 0; u < kKeys / 32; ++u) {
         const int j = lane + 32 * u;
         const bool sees = p < pairs && sources[row < rows ? row : 0][j] != kNoKey;
         e[u] = sees ? score[p][j] * dm.scale : -INFINITY;
@@ -233,7 +237,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
       top = __shfl_sync(0xffffffffu, warp_reduce<true>(top), 0);
       float total = 0.f;
 #pragma unroll
-      for (int u = 0; u < kChunk / 32; ++u) {
+      for (int u = 0; u < kKeys / 32; ++u) {
         e[u] = e[u] != -INFINITY ? expf(e[u] - top) : 0.f;
         total += e[u];
         weight[p][lane + 32 * u] = from_float<T>(e[u]);
@@ -250,7 +254,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
 #pragma unroll
     for (int i = 0; i < kMaxHeadDim / 16 / kMmaWarps; ++i) wmma::fill_fragment(sums[i], 0.f);
 #pragma unroll 1
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < kKeys / kHalfChunk; ++half) {
       stage_rows<T>(staged, pass_sources + half * kHalfChunk, v_pool, v_new, s, dm, kv_offset);
       __syncthreads();  // (the first time also: the weights are written)
 #pragma unroll
@@ -281,8 +285,9 @@ __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
 }
 
 // rows per block for mma_chunk_kernel (any choice gives the same bits): as many of the step's
-// rows as one m16 tile of pairs holds, at most kMmaRows
-Dims mma_tiling(Dims dm) {
+// rows as one m16 tile of pairs holds, at most kMmaRows; and its chunks of `keys` keys
+Dims mma_tiling(Dims dm, int keys) {
+  dm.chunks = (dm.N + dm.Q + keys - 1) / keys;
   const int64_t group = dm.H / dm.KV;
   const int64_t rows = std::max<int64_t>(1, std::min<int64_t>({int64_t{kMmaRows}, kMmaPairs / group, dm.Q}));
   dm.rows = static_cast<int>(rows);

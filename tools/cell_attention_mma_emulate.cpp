@@ -185,8 +185,10 @@ Dims dims_of(const Step& st) {
 
 // mma_chunk_kernel over every block (one at a time, 128 host threads each), then combine_kernel's
 // arithmetic (the plugin's, in C++): the output as floats
+int keys_per_chunk = 128;  // the kernel's chunks: 128 or 64 keys
+
 std::vector<float> attend(const Step& st, int rows = 0) {
-  Dims dm = mma_tiling(dims_of(st));
+  Dims dm = mma_tiling(dims_of(st), keys_per_chunk);
   if (rows > 0) {
     dm.rows = rows;
     dm.row_tiles = (dm.Q + rows - 1) / rows;
@@ -203,7 +205,8 @@ std::vector<float> attend(const Step& st, int rows = 0) {
       threads.emplace_back([&, t, b] {
         threadIdx.x = t;
         blockIdx.x = static_cast<unsigned>(b);
-        mma_chunk_kernel<__half, false>(st.q.data(), st.k_new.data(), st.v_new.data(),
+        (keys_per_chunk == 64 ? mma_chunk_kernel<__half, 64, false>
+                              : mma_chunk_kernel<__half, 128, false>)(st.q.data(), st.k_new.data(), st.v_new.data(),
                                         st.k_pool.data(), st.v_pool.data(), st.table.data(),
                                         reinterpret_cast<const bool*>(st.mask.data()),
                                         st.positions.data(), dm, partials.data(), out.data());
@@ -341,18 +344,20 @@ Step block_step(Step st) {
 int main() {
   int failures = 0;
   auto check = [&](const char* what, bool ok) {
-    printf("%-64s %s\n", what, ok ? "ok" : "FAILED");
+    printf("%-76s %s\n", what, ok ? "ok" : "FAILED");
     failures += !ok;
   };
   struct Shape { int Q, N, H, KV, D; };
+  for (const int keys : {128, 64})
   for (const Shape& sh : {Shape{16, 300, 32, 8, 128}, Shape{16, 200, 9, 3, 64},
                           Shape{5, 140, 6, 2, 80}}) {
-    char line[160];
+    keys_per_chunk = keys;
+    char line[192];
     const Step v = random_step(1, sh.Q, sh.N, sh.H, sh.KV, sh.D, 7u);
     const std::vector<float> verify = attend(v);
     const double err = reference_error(v, verify);
-    snprintf(line, sizeof line, "H=%d KV=%d D=%d: a %d-row verify over %d cells, max err %.1e",
-             sh.H, sh.KV, sh.D, sh.Q, sh.N, err);
+    snprintf(line, sizeof line, "chunks of %d, H=%d KV=%d D=%d: a %d-row verify over %d cells, "
+             "max err %.1e", keys, sh.H, sh.KV, sh.D, sh.Q, sh.N, err);
     check(line, err < 4e-3);
     const size_t row = (size_t)sh.H * sh.D;
     int equal = 0;

@@ -73,6 +73,7 @@ void print_stages(int64_t blocks) {
 template <typename T>
 struct HostStep {
   int S, Q, N, H, KV, D;
+  int by_position = 1;  // 0: new token i is key N + i (a draft block's step)
   std::vector<T> k_pool, v_pool, q, k_new, v_new;
   std::vector<int64_t> table, positions;
   std::vector<char> mask;
@@ -108,7 +109,7 @@ HostStep<T> random_step(int S, int Q, int N, int H, int KV, int D) {
 template <typename T>
 Dims dims_of(const HostStep<T>& st) {
   return Dims{st.S, st.Q, st.N, st.H, st.KV, st.D, (st.N + st.Q + kChunk - 1) / kChunk, 0.125f,
-              1, 1, 1, 1};
+              st.by_position, 1, 1, 1};
 }
 
 // a step's inputs, output and scratch on the device
@@ -133,7 +134,8 @@ struct DeviceStep {
     mask = reinterpret_cast<bool*>(copy(st.mask));
     out_size = (size_t)st.S * st.Q * st.H * st.D;
     cudaMalloc(&out, sizeof(T) * out_size);
-    cudaMalloc(&partials, sizeof(float) * out_size / st.D * dims_of(st).chunks * (st.D + 2));
+    const int64_t chunks = (st.N + st.Q + 63) / 64;  // the most: chunks of 64 keys
+    cudaMalloc(&partials, sizeof(float) * out_size / st.D * chunks * (st.D + 2));
   }
   ~DeviceStep() {
     cudaFree(q); cudaFree(k_new); cudaFree(v_new); cudaFree(k_pool); cudaFree(v_pool);
@@ -295,9 +297,10 @@ void run(int S, int Q, int N, int H, int KV, int D, int heads, int rows, int rep
 template <typename T>
 void launch_mma(const T* q, const T* k_new, const T* v_new, const T* k_pool, const T* v_pool,
                 const int64_t* table, const bool* mask, const int64_t* positions, const Dims& dm,
-                float* partials, T* out, cudaStream_t stream) {
-  mma_chunk_kernel<T, false><<<static_cast<unsigned>(mma_blocks(dm)), kMmaThreads, 0, stream>>>(
-      q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
+                float* partials, T* out, int keys, cudaStream_t stream) {
+  (keys == 64 ? mma_chunk_kernel<T, 64, false> : mma_chunk_kernel<T, 128, false>)
+      <<<static_cast<unsigned>(mma_blocks(dm)), kMmaThreads, 0, stream>>>(
+          q, k_new, v_new, k_pool, v_pool, table, mask, positions, dm, partials, out);
   if (dm.chunks > 1)
     combine_kernel<T, false><<<static_cast<unsigned>(dm.S * dm.Q * dm.H),
                                dm.D < 128 ? static_cast<unsigned>(dm.D) : 128u,
@@ -305,16 +308,17 @@ void launch_mma(const T* q, const T* k_new, const T* v_new, const T* k_pool, con
 }
 
 // `mma` mode: the plugin's launch of a step (attend's choice: pair_kernel, or chunk_kernel and
-// combine_kernel) or the prototype's (cell_attention_mma.cuh), `reps` times after 3 warm-ups;
-// the step's output, and the microseconds a launch took
+// combine_kernel) with keys 0, or the prototype's (cell_attention_mma.cuh) with chunks of `keys`
+// (128 or 64), `reps` times after 3 warm-ups; the step's output, and the microseconds a launch
+// took
 template <typename T>
-std::vector<T> attend_step(const HostStep<T>& st, bool mma, int reps, float* us = nullptr) {
+std::vector<T> attend_step(const HostStep<T>& st, int keys, int reps, float* us = nullptr) {
   DeviceStep<T> d(st);
   Dims dm = dims_of(st);
   auto launch = [&] {
-    if (mma) {
+    if (keys > 0) {
       launch_mma<T>(d.q, d.k_new, d.v_new, d.k_pool, d.v_pool, d.table, d.mask, d.positions,
-                    dm, d.partials, d.out, nullptr);
+                    dm, d.partials, d.out, keys, nullptr);
     } else if (pairs_in_one_launch(dm, sizeof(T))) {
       pair_kernel<T, false><<<st.S * st.Q * st.H, kChunk * dm.chunks>>>(
           d.q, d.k_new, d.v_new, d.k_pool, d.v_pool, d.table, d.mask, d.positions, dm, d.out);
@@ -328,8 +332,8 @@ std::vector<T> attend_step(const HostStep<T>& st, bool mma, int reps, float* us 
                                    combine_bytes(dm)>>>(d.partials, dm, d.out);
     }
   };
-  if (mma)
-    dm = mma_tiling(dm);
+  if (keys > 0)
+    dm = mma_tiling(dm, keys);
   else
     tile(dm, resident_chunk_blocks<T>);
   for (int w = 0; w < 3; ++w) launch();
@@ -348,20 +352,30 @@ std::vector<T> attend_step(const HostStep<T>& st, bool mma, int reps, float* us 
   return d.output();
 }
 
-// both launches of one step: time, error against float64, hash
+// the launches of one step (the plugin's, the prototype's with chunks of 128 and of 64 keys):
+// time, error against float64, hash; by_position 0: a draft block's step (every row sees every
+// new token, new token i at key N + i)
 template <typename T>
-void compare_paths(int S, int Q, int N, int H, int KV, int D, int reps) {
-  const HostStep<T> st = random_step<T>(S, Q, N, H, KV, D);
-  float plugin_us = 0.f, mma_us = 0.f;
-  const std::vector<T> plugin = attend_step(st, false, reps, &plugin_us);
-  const std::vector<T> mma = attend_step(st, true, reps, &mma_us);
-  const Dims dm = mma_tiling(dims_of(st));
-  printf("%s S=%d Q=%d N=%d H=%d KV=%d D=%d: plugin %.2f us (err %.1e, hash %016llx), "
-         "mma %.2f us (%lld blocks, err %.1e, hash %016llx): %.2fx\n",
-         sizeof(T) == 2 && std::is_same<T, __half>::value ? "f16" : "bf16", S, Q, N, H, KV, D,
-         plugin_us, reference_error(st, plugin, 0.125f), (unsigned long long)hash_of(plugin),
-         mma_us, (long long)mma_blocks(dm), reference_error(st, mma, 0.125f),
-         (unsigned long long)hash_of(mma), plugin_us / std::max(mma_us, 1e-3f));
+void compare_paths(int S, int Q, int N, int H, int KV, int D, int reps, int by_position = 1) {
+  HostStep<T> st = random_step<T>(S, Q, N, H, KV, D);
+  if (!by_position) {
+    st.by_position = 0;
+    for (size_t row = 0; row < (size_t)S * Q; ++row)
+      std::fill_n(&st.mask[row * (N + Q) + N], Q, 1);
+  }
+  printf("%s S=%d Q=%d N=%d H=%d KV=%d D=%d%s:", std::is_same<T, __half>::value ? "f16" : "bf16",
+         S, Q, N, H, KV, D, by_position ? "" : " (draft block)");
+  float plugin_us = 0.f;
+  for (const int keys : {0, 128, 64}) {
+    float us = 0.f;
+    const std::vector<T> got = attend_step(st, keys, reps, &us);
+    if (keys == 0) plugin_us = us;
+    printf(" %s %.2f us (err %.1e, hash %016llx%s)", keys ? (keys == 128 ? "mma128" : "mma64")
+           : "plugin", us, reference_error(st, got, 0.125f), (unsigned long long)hash_of(got),
+           keys ? (std::string(", ") + std::to_string(plugin_us / std::max(us, 1e-3f)).substr(0, 4)
+                   + "x").c_str() : "");
+  }
+  printf("\n");
 }
 
 // the plain step of row r of a one-session verify `v`, after the verify: rows 0 .. r - 1 are cells
@@ -410,19 +424,20 @@ void check_invariance(int Q, int N, int H, int KV, int D, int S) {
   const HostStep<T> v = random_step<T>(1, Q, N, H, KV, D);
   const HostStep<T> b = random_step<T>(S, Q, N, H, KV, D);
   const size_t row = (size_t)H * D;
-  for (const bool mma : {false, true}) {
-    const std::vector<T> verify = attend_step(v, mma, 0), batch = attend_step(b, mma, 0);
+  for (const int keys : {0, 128, 64}) {
+    const std::vector<T> verify = attend_step(v, keys, 0), batch = attend_step(b, keys, 0);
     int rows_equal = 0, sessions_equal = 0;
     for (int r = 0; r < Q; ++r) {
-      const std::vector<T> plain = attend_step(plain_step_of_row(v, r), mma, 0);
+      const std::vector<T> plain = attend_step(plain_step_of_row(v, r), keys, 0);
       rows_equal += memcmp(plain.data(), &verify[r * row], row * sizeof(T)) == 0;
     }
     for (int s = 0; s < S; ++s) {
-      const std::vector<T> alone = attend_step(session_alone(b, s), mma, 0);
+      const std::vector<T> alone = attend_step(session_alone(b, s), keys, 0);
       sessions_equal += memcmp(alone.data(), &batch[s * Q * row], Q * row * sizeof(T)) == 0;
     }
     printf("%s Q=%d N=%d H=%d KV=%d D=%d: verify rows equal to their plain steps %d/%d, "
-           "sessions of %d equal to each alone %d/%d\n", mma ? "mma   " : "plugin", Q, N, H, KV,
+           "sessions of %d equal to each alone %d/%d\n", keys ? (keys == 128 ? "mma128" : "mma64 ")
+           : "plugin", Q, N, H, KV,
            D, rows_equal, Q, S, sessions_equal, S);
   }
 }
@@ -437,6 +452,7 @@ int main(int argc, char** argv) {
       compare_paths<__half>(sqn[0], sqn[1], sqn[2], 32, 8, 128, 50);
       compare_paths<__half>(sqn[0], sqn[1], sqn[2], 9, 3, 64, 50);
     }
+    compare_paths<__half>(1, 16, 1024, 32, 8, 128, 50, 0);  // C's draft block
     compare_paths<__nv_bfloat16>(1, 16, 1024, 32, 8, 128, 50);
     check_invariance<__half>(16, 1024, 32, 8, 128, 4);
     check_invariance<__half>(16, 256, 9, 3, 64, 4);
