@@ -22,6 +22,7 @@ H = shape A with layers too narrow to cost anything, for the host's side of a st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import statistics
@@ -172,10 +173,11 @@ def target_bytes(folder: Path) -> int:
 
 
 def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
-                sampling=None, chain: int = 1) -> dict:
+                sampling=None, chain: int = 1, around=None) -> dict:
     """Prefill `batch` sessions to `context` - steps tokens, then time decode steps; with
     chain > 1, as chains of that many steps (`Executor.decode`), each step's time the chain's
-    over its length."""
+    over its length. `around`: a context manager the timed steps run in (not the prefill nor
+    the warm-up steps; one-step calls only), e.g. torch's profiler."""
     from cellspec.runtime.types import BatchInput, Sampling
 
     rng = np.random.default_rng(batch)
@@ -185,23 +187,25 @@ def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
     if chain > 1:
         return _time_chains(executor, sids, rng, context, steps, chain)
     prompt = context - steps - warmup
-    outs = executor.execute([BatchInput(s, tuple(rng.integers(3, 1000, prompt).tolist()), 0)
+    top = min(1000, executor.vocab_size)  # random ids of a real vocabulary's common range
+    outs = executor.execute([BatchInput(s, tuple(rng.integers(3, top, prompt).tolist()), 0)
                              for s in sids])
     tokens = [o.token for o in outs]
     backend = executor.backend
     times, engine_seconds = [], []
-    for k in range(warmup + steps):
-        if k == warmup:
-            _reset(backend)
-        engine_before = engine_seconds_of(executor)
-        start = time.perf_counter()
-        outs = executor.execute([BatchInput(s, (t,), executor.pos(s))
-                                 for s, t in zip(sids, tokens)])
-        elapsed = time.perf_counter() - start
-        tokens = [o.tokens[-1] for o in outs]
-        if k >= warmup:
-            times.append(elapsed)
+    for _ in range(warmup):
+        tokens = [o.tokens[-1] for o in executor.execute(
+            [BatchInput(s, (t,), executor.pos(s)) for s, t in zip(sids, tokens)])]
+    _reset(backend)
+    with around if around is not None else contextlib.nullcontext():
+        for _ in range(steps):
+            engine_before = engine_seconds_of(executor)
+            start = time.perf_counter()
+            outs = executor.execute([BatchInput(s, (t,), executor.pos(s))
+                                     for s, t in zip(sids, tokens)])
+            times.append(time.perf_counter() - start)
             engine_seconds.append(engine_seconds_of(executor) - engine_before)
+            tokens = [o.tokens[-1] for o in outs]
     for sid in sids:
         executor.close_session(sid)
     step = statistics.median(times)
@@ -376,14 +380,7 @@ def cmd_kernels(args) -> None:
                 wall = (time.perf_counter() - start) / args.steps
             for sid in sids:
                 executor.close_session(sid)
-            kernels = {}
-            for event in prof.events():
-                if event.device_type == torch.autograd.DeviceType.CUDA:
-                    entry = kernels.setdefault(event.name[:90], [0, 0.0])
-                    entry[0] += 1
-                    entry[1] += event.device_time
-            rows = sorted(((name, n / args.steps, us / args.steps) for name, (n, us) in
-                           kernels.items()), key=lambda r: -r[2])
+            rows = kernel_rows(prof.events(), args.steps)
             total = sum(r[2] for r in rows)
             row = {"shape": shape, "batch": batch, "width": width, "wall_ms": 1e3 * wall,
                    "kernel_ms": total / 1e3, "launches": sum(r[1] for r in rows),
@@ -395,6 +392,21 @@ def cmd_kernels(args) -> None:
                 print(f"  {us:8.1f} us {c:6.1f}x  {n}", flush=True)
         del executor
     write(args.out / "kernels.json", results)
+
+
+def kernel_rows(events, runs: int) -> list[tuple[str, float, float]]:
+    """(kernel name, launches a run, microseconds a run) of the CUDA events of a torch profile
+    of `runs` runs (steps, cycles), the longest first."""
+    import torch
+
+    kernels: dict[str, list] = {}
+    for event in events:
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            entry = kernels.setdefault(event.name[:90], [0, 0.0])
+            entry[0] += 1
+            entry[1] += event.device_time
+    return sorted(((name, n / runs, us / runs) for name, (n, us) in kernels.items()),
+                  key=lambda r: -r[2])
 
 
 def width_step(executor, sids: list[int], tokens: list[int], width: int, base: int) -> list[int]:
@@ -643,7 +655,28 @@ def cmd_dflash(args) -> None:
         print(json.dumps(rows[-1]), flush=True)
         if args.profile:
             profile_cycles(spec, batch, args, args.out / f"dflash_{args.shape}_b{batch}.prof.txt")
+        if args.kernels and batch == 1:
+            rows[-1]["kernels"] = cycle_kernels(spec, args)
     write(args.out / "dflash.json", rows)
+
+
+def cycle_kernels(executor, args) -> list[dict]:
+    """The CUDA kernels of `args.steps` DFlash cycles at batch 1 (torch's profiler, as
+    cmd_kernels): per kernel, launches and microseconds a cycle, printed as they come: which
+    of a cycle's kernels (the draft block's, the verify's) hold it over a step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if not torch.cuda.is_available():
+        raise SystemExit("dflash --kernels: torch sees no CUDA device (its profiler reads them)")
+    prof = profile(activities=[ProfilerActivity.CUDA])
+    time_decode(executor, 1, args.context, args.steps, warmup=1, around=prof)
+    rows = kernel_rows(prof.events(), args.steps)
+    print(f"[dflash {args.shape}] kernels a cycle: {sum(r[2] for r in rows) / 1e3:.3f} ms",
+          flush=True)
+    for name, count, us in rows[:24]:
+        print(f"  {us:8.1f} us {count:6.1f}x  {name}", flush=True)
+    return [{"kernel": n, "per_cycle": c, "us": round(us, 2)} for n, c, us in rows[:40]]
 
 
 def cycle_orders(args) -> list[str]:
@@ -1024,6 +1057,9 @@ def main() -> None:
         "--tree-nodes", help="cycle shapes to compare, each in turn with every n_draft: 0 = a "
         "chain, T = a tree of T proposals, e.g. 0,7,15 (default: the LLM's)")
     commands.choices["dflash"].add_argument("--shape", default="C")
+    commands.choices["dflash"].add_argument(
+        "--kernels", action="store_true", help="also the CUDA kernels of batch-1 cycles (torch's "
+        "profiler): the draft block's and the verify's, per kernel")
     for name in ("steps", "dflash"):
         commands.choices[name].add_argument("--profile", action="store_true",
                                             help="also write a cProfile of the calls per batch")

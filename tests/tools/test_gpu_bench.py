@@ -106,3 +106,42 @@ def test_paired_runs_alternate_the_two_and_give_their_ratios():
         "tokens_per_s": (8 / 14) / (9 / 30), "decode_tokens_per_s": (5 / 11) / (6 / 27),
         "median_batch_ratio": 10 / 4, "median_batch_decode_ratio": 9 / 3, "batches": 3,
         "same_answers": 2})
+
+
+def test_time_decode_runs_only_the_timed_steps_inside_around(dflash_artifact):
+    """`around` (dflash --kernels' profiler) holds the timed cycles and nothing else: not the
+    prompt, not the warm-up cycles."""
+    from cellspec.runtime.dflash import DFlashExecutor
+    from tools.gpu_bench import method_calls, time_decode
+
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=2, n_draft=3)
+    seen = {}
+
+    class Around:
+        def __enter__(self):
+            seen["enter"] = method_calls(spec)
+
+        def __exit__(self, *failure):
+            seen["exit"] = method_calls(spec)
+
+    def blocks(calls: dict) -> int:
+        return sum(n for name, (n, _) in calls.items() if name.startswith("draft_block"))
+
+    row = time_decode(spec, 1, 64, 5, warmup=2, around=Around())
+    assert blocks(seen["exit"]) - blocks(seen["enter"]) == 5
+    assert blocks(method_calls(spec)) == blocks(seen["exit"])
+    assert row["batch"] == 1 and row["step_ms"] > 0
+
+
+def test_kernel_rows_are_launches_and_microseconds_a_run_longest_first():
+    import torch
+
+    from tools.gpu_bench import kernel_rows
+
+    class Event:
+        def __init__(self, name, us, device=torch.autograd.DeviceType.CUDA):
+            self.name, self.device_time, self.device_type = name, us, device
+
+    events = [Event("gemm", 10.0), Event("attn", 30.0), Event("gemm", 14.0),
+              Event("host_op", 99.0, torch.autograd.DeviceType.CPU)]
+    assert kernel_rows(events, 2) == [("attn", 0.5, 15.0), ("gemm", 1.0, 12.0)]
