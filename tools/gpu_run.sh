@@ -252,8 +252,9 @@ case "${1:-}" in
     python3 tools/gpu_bench.py steps --shapes C --batches 1,8,32 --chains "${CHAINS:-1}" \
         --out "$OUT"/c --work "$WORK" 2>&1 | tail -8
     ;;
-  c-dflash)
-    python3 tools/gpu_bench.py dflash --shape C --out "$OUT"/c --work "$WORK" 2>&1 | tail -8
+  c-dflash)  # DFLASH_ARGS: more options of gpu_bench.py dflash (e.g. --kernels)
+    python3 tools/gpu_bench.py dflash --shape C ${DFLASH_ARGS:-} --out "$OUT"/c --work "$WORK" \
+        2>&1 | tail -40
     ;;
   flips)
     for dtype in float16 float32; do
