@@ -350,7 +350,7 @@ int main() {
   struct Shape { int Q, N, H, KV, D; };
   for (const int keys : {128, 64})
   for (const Shape& sh : {Shape{16, 300, 32, 8, 128}, Shape{16, 200, 9, 3, 64},
-                          Shape{5, 140, 6, 2, 80}}) {
+                          Shape{5, 140, 6, 2, 80}, Shape{7, 150, 4, 4, 32}}) {
     keys_per_chunk = keys;
     char line[192];
     const Step v = random_step(1, sh.Q, sh.N, sh.H, sh.KV, sh.D, 7u);
