@@ -296,12 +296,6 @@ Dims mma_tiling(Dims dm, int keys) {
   return dm;
 }
 
-// whether mma_chunk_kernel takes a step of these heads (the plugin's other limits hold already)
-bool mma_fits(const Dims& dm, size_t element_size) {
-  const int64_t group = dm.H / dm.KV;
-  return element_size == 2 && group <= kMmaPairs && dm.D % 16 == 0 && dm.D <= kMaxHeadDim;
-}
-
 int64_t mma_blocks(const Dims& dm) { return dm.S * dm.row_tiles * dm.KV * dm.chunks; }
 
 }  // namespace

@@ -161,12 +161,11 @@ Dims dims_of(const Step& st) {
               st.by_position, 1, 1, 1};
 }
 
-// mma_chunk_kernel over every block (one at a time, 128 host threads each), then combine_kernel's
-// arithmetic (the plugin's, in C++): the output as floats
-int keys_per_chunk = 128;  // the kernel's chunks: 128 or 64 keys
-
-std::vector<float> attend(const Step& st, int rows = 0) {
-  Dims dm = mma_tiling(dims_of(st), keys_per_chunk);
+// mma_chunk_kernel in chunks of `keys` keys (128 or 64) over every block (one at a time, 128 host
+// threads each; `rows` > 0: that many rows a block), then combine_kernel's arithmetic (the
+// plugin's, in C++): the output as floats
+std::vector<float> attend(const Step& st, int keys, int rows = 0) {
+  Dims dm = mma_tiling(dims_of(st), keys);
   if (rows > 0) {
     dm.rows = rows;
     dm.row_tiles = (dm.Q + rows - 1) / rows;
@@ -177,17 +176,17 @@ std::vector<float> attend(const Step& st, int rows = 0) {
   std::barrier<> block(emu::kThreads);
   for (int w = 0; w < emu::kThreads / 32; ++w) emu::warp_barriers[w] = new std::barrier<>(32);
   emu::block_barrier = &block;
+  const auto kernel = keys == 64 ? mma_chunk_kernel<__half, 64, false>
+                                 : mma_chunk_kernel<__half, 128, false>;
   for (int64_t b = 0; b < mma_blocks(dm); ++b) {
     std::vector<std::thread> threads;
     for (int t = 0; t < emu::kThreads; ++t)
       threads.emplace_back([&, t, b] {
         threadIdx.x = t;
         blockIdx.x = static_cast<unsigned>(b);
-        (keys_per_chunk == 64 ? mma_chunk_kernel<__half, 64, false>
-                              : mma_chunk_kernel<__half, 128, false>)(st.q.data(), st.k_new.data(), st.v_new.data(),
-                                        st.k_pool.data(), st.v_pool.data(), st.table.data(),
-                                        reinterpret_cast<const bool*>(st.mask.data()),
-                                        st.positions.data(), dm, partials.data(), out.data());
+        kernel(st.q.data(), st.k_new.data(), st.v_new.data(), st.k_pool.data(), st.v_pool.data(),
+               st.table.data(), reinterpret_cast<const bool*>(st.mask.data()),
+               st.positions.data(), dm, partials.data(), out.data());
       });
     for (auto& thread : threads) thread.join();
   }
@@ -245,10 +244,9 @@ int main() {
   for (const int keys : {128, 64})
   for (const Shape& sh : {Shape{16, 300, 32, 8, 128}, Shape{16, 200, 9, 3, 64},
                           Shape{5, 140, 6, 2, 80}, Shape{7, 150, 4, 4, 32}}) {
-    keys_per_chunk = keys;
     char line[192];
     const Step v = random_step(1, sh.Q, sh.N, sh.H, sh.KV, sh.D, 7u);
-    const std::vector<float> verify = attend(v);
+    const std::vector<float> verify = attend(v, keys);
     const double err = reference_error(v, verify, 0.125f);
     snprintf(line, sizeof line, "chunks of %d, H=%d KV=%d D=%d: a %d-row verify over %d cells, "
              "max err %.1e", keys, sh.H, sh.KV, sh.D, sh.Q, sh.N, err);
@@ -256,33 +254,33 @@ int main() {
     const size_t row = (size_t)sh.H * sh.D;
     int equal = 0;
     for (int r = 0; r < sh.Q; ++r) {
-      const std::vector<float> plain = attend(plain_step_of_row(v, r));
+      const std::vector<float> plain = attend(plain_step_of_row(v, r), keys);
       equal += std::equal(plain.begin(), plain.end(), verify.begin() + r * row);
     }
     snprintf(line, sizeof line, "  verify rows equal to their plain steps: %d/%d", equal, sh.Q);
     check(line, equal == sh.Q);
-    const std::vector<float> one_a_block = attend(v, 1);
+    const std::vector<float> one_a_block = attend(v, keys, 1);
     check("  the same with one row a block",
           std::equal(one_a_block.begin(), one_a_block.end(), verify.begin()));
     const Step b = random_step(3, sh.Q, sh.N, sh.H, sh.KV, sh.D, 9u);
-    const std::vector<float> batch = attend(b);
+    const std::vector<float> batch = attend(b, keys);
     snprintf(line, sizeof line, "  3 sessions of different lengths, max err %.1e",
              reference_error(b, batch, 0.125f));
     check(line, reference_error(b, batch, 0.125f) < 4e-3);
     int alone = 0;
     for (int s = 0; s < 3; ++s) {
-      const std::vector<float> a = attend(session_alone(b, s));
+      const std::vector<float> a = attend(session_alone(b, s), keys);
       alone += std::equal(a.begin(), a.end(), batch.begin() + s * sh.Q * row);
     }
     snprintf(line, sizeof line, "  sessions equal to each alone: %d/3", alone);
     check(line, alone == 3);
     const Step tree = tree_step(v);
-    const std::vector<float> tree_out = attend(tree);
+    const std::vector<float> tree_out = attend(tree, keys);
     snprintf(line, sizeof line, "  a tree's verify (rows one a pass), max err %.1e",
              reference_error(tree, tree_out, 0.125f));
     check(line, reference_error(tree, tree_out, 0.125f) < 4e-3);
     const Step block = block_step(b);
-    const std::vector<float> block_out = attend(block);
+    const std::vector<float> block_out = attend(block, keys);
     snprintf(line, sizeof line, "  a draft block's step (keys N + i, not causal), max err %.1e",
              reference_error(block, block_out, 0.125f));
     check(line, reference_error(block, block_out, 0.125f) < 4e-3);

@@ -258,6 +258,11 @@ std::vector<T> attend_step(const HostStep<T>& st, int keys, int reps, float* us 
   return d.output();
 }
 
+// the name of attend_step's launch with chunks of `keys` keys (0: the plugin's)
+const char* launch_name(int keys) {
+  return keys == 0 ? "plugin" : keys == 128 ? "mma128" : "mma64";
+}
+
 // the launches of one step (the plugin's, the prototype's with chunks of 128 and of 64 keys):
 // time, error against float64, hash; by_position 0: a draft block's step (every row sees every
 // new token, new token i at key N + i)
@@ -272,16 +277,16 @@ void compare_paths(int S, int Q, int N, int H, int KV, int D, int reps, int by_p
     float us = 0.f;
     const std::vector<T> got = attend_step(st, keys, reps, &us);
     if (keys == 0) plugin_us = us;
-    printf(" %s %.2f us (err %.1e, hash %016llx%s)", keys ? (keys == 128 ? "mma128" : "mma64")
-           : "plugin", us, reference_error(st, got, 0.125f), (unsigned long long)hash_of(got),
-           keys ? (std::string(", ") + std::to_string(plugin_us / std::max(us, 1e-3f)).substr(0, 4)
-                   + "x").c_str() : "");
+    printf(" %s %.2f us (err %.1e, hash %016llx", launch_name(keys), us,
+           reference_error(st, got, 0.125f), (unsigned long long)hash_of(got));
+    if (keys) printf(", %.2fx", plugin_us / std::max(us, 1e-3f));
+    printf(")");
   }
   printf("\n");
 }
 
 // whether each row's output bytes of a one-session verify equal its plain step's, and each
-// session's of a batch equal it alone, for both launches
+// session's of a batch equal it alone, for the three launches
 template <typename T>
 void check_invariance(int Q, int N, int H, int KV, int D, int S) {
   const HostStep<T> v = probe_step<T>(1, Q, N, H, KV, D);
@@ -298,17 +303,17 @@ void check_invariance(int Q, int N, int H, int KV, int D, int S) {
       const std::vector<T> alone = attend_step(session_alone(b, s), keys, 0);
       sessions_equal += memcmp(alone.data(), &batch[s * Q * row], Q * row * sizeof(T)) == 0;
     }
-    printf("%s Q=%d N=%d H=%d KV=%d D=%d: verify rows equal to their plain steps %d/%d, "
-           "sessions of %d equal to each alone %d/%d\n", keys ? (keys == 128 ? "mma128" : "mma64 ")
-           : "plugin", Q, N, H, KV,
-           D, rows_equal, Q, S, sessions_equal, S);
+    printf("%-6s Q=%d N=%d H=%d KV=%d D=%d: verify rows equal to their plain steps %d/%d, "
+           "sessions of %d equal to each alone %d/%d\n", launch_name(keys), Q, N, H, KV, D,
+           rows_equal, Q, S, sessions_equal, S);
   }
 }
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "mma") {
     // the prototype against the plugin's launch: Qwen3-8B's heads (shape C) and SmolLM2's, decode
-    // steps and 16-row verifies at 1,024 and 256 cells, 1 and 8 sessions; then the invariances
+    // steps and 16-row verifies at 1,024 and 256 cells, 1, 8 and 32 sessions, C's draft block,
+    // bfloat16 once; then the invariances
     const int shapes[][3] = {{1, 1, 1024}, {1, 16, 1024}, {8, 1, 1024}, {8, 16, 1024},
                              {1, 1, 256}, {1, 16, 256}, {32, 1, 1024}};
     for (const auto& sqn : shapes) {

@@ -394,15 +394,15 @@ def cmd_kernels(args) -> None:
     write(args.out / "kernels.json", results)
 
 
-def kernel_rows(events, runs: int) -> list[tuple[str, float, float]]:
+def kernel_rows(events, runs: int, name_width: int = 90) -> list[tuple[str, float, float]]:
     """(kernel name, launches a run, microseconds a run) of the CUDA events of a torch profile
-    of `runs` runs (steps, cycles), the longest first."""
+    of `runs` runs (steps, cycles), the longest first; names cut to `name_width` characters."""
     import torch
 
     kernels: dict[str, list] = {}
     for event in events:
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            entry = kernels.setdefault(event.name[:90], [0, 0.0])
+            entry = kernels.setdefault(event.name[:name_width], [0, 0.0])
             entry[0] += 1
             entry[1] += event.device_time
     return sorted(((name, n / runs, us / runs) for name, (n, us) in kernels.items()),
@@ -487,17 +487,11 @@ def cmd_sampler(args) -> None:
                 for _ in range(args.runs):
                     session.run_with_iobinding(binding)
                 torch.cuda.synchronize()
-            kernels: dict[str, list] = {}
-            for event in prof.events():
-                if event.device_type == torch.autograd.DeviceType.CUDA:
-                    entry = kernels.setdefault(event.name[:80], [0, 0.0])
-                    entry[0] += 1
-                    entry[1] += event.device_time
-            top = sorted(kernels.items(), key=lambda item: -item[1][1])
+            top = kernel_rows(prof.events(), args.runs, name_width=80)
             row = {"form": form, "rows": rows, "vocab": args.vocab, "run_ms": 1e3 * wall,
-                   "kernel_ms": sum(us for _, us in kernels.values()) / args.runs / 1e3,
-                   "top": [{"kernel": k, "per_run": n / args.runs,
-                            "us": round(us / args.runs, 2)} for k, (n, us) in top[:12]]}
+                   "kernel_ms": sum(us for _, _, us in top) / 1e3,
+                   "top": [{"kernel": k, "per_run": n, "us": round(us, 2)}
+                           for k, n, us in top[:12]]}
             results.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "top"}), flush=True)
             for entry in row["top"][:6]:
