@@ -167,6 +167,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="verify a tree of N proposals per cycle, grown from the draft's "
                         "top choices (0: a chain; default: 15 on ort-cuda with CellAttention, "
                         "the one backend that verifies trees exactly, else chains)")
+    parser.add_argument("--lookup-tokens", type=int, metavar="N",
+                        help="after the draft's proposals, verify up to N more tokens looked up "
+                        "in the request's own text: what followed the latest earlier "
+                        "occurrence of its last few tokens (the same text; 0: none; default: "
+                        "8 on ort-cpu, else 0)")
 
 
 def add_session_arguments(parser: argparse.ArgumentParser, default_sessions: str) -> None:

@@ -18,6 +18,8 @@ from cellspec.model_cache import resolve_model
 from cellspec.request import Request, RequestOutput, SamplingParams
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
+from cellspec.runtime.lookup import LOOKUP_MATCH
+from cellspec.runtime.spec_options import check_lookup
 from cellspec.scheduler import (
     DEFAULT_CHAIN_STEPS,
     DEFAULT_MAX_PREFILL_TOKENS,
@@ -89,6 +91,12 @@ CELL_TREE_NODES = 15
 # and 4 sessions speculating gave 1.22-1.31x plain (one process 0.91x; no row limit:
 # 1.16-1.26x) where the limit of 2 stepped them plainly (bench/NOTES.md).
 CELL_TREE_MAX_VERIFY_ROWS, CELL_TREE_MAX_SPEC_BATCH = 16, 4
+# On `ort-cpu` a cycle's chain goes on after the draft's cut proposals with up to this many
+# tokens looked up in the session's own text (DFlashExecutor's lookup_tokens: those that
+# followed the longest, latest earlier match of its last 6 to 8 tokens; runtime/lookup.py).
+# 32 held-out prompts, 256 greedy tokens, 2 threads (bench/NOTES.md, 2026-12-05): float32
+# 2.04x -> 2.24x plain (tau 2.79 -> 3.00), int4 1.99x -> 2.03x (2.67 -> 2.88); the same text.
+CPU_LOOKUP_TOKENS = 8
 
 
 def tree_defaults(backend: str, folder: Path, manifest: Manifest, tree_nodes: int | None,
@@ -155,6 +163,15 @@ def speculation_defaults(backend: str, manifest: Manifest, n_draft: int | None,
             best[1] if max_spec_batch is None else max_spec_batch, best[2], best[3])
 
 
+def lookup_defaults(backend: str, tree_nodes: int | None, lookup_tokens: int | None) -> int:
+    """Tokens looked up after each chain's proposals: `lookup_tokens` where given, else
+    CPU_LOOKUP_TOKENS on `ort-cpu` (chains), none elsewhere (not measured there) or with
+    trees."""
+    if lookup_tokens is not None:
+        return lookup_tokens
+    return CPU_LOOKUP_TOKENS if backend == "ort-cpu" and not tree_nodes else 0
+
+
 def speculates_sampled(backend: str, tree_nodes: int | None = None) -> bool | int:
     """Whether sessions that draw with a temperature speculate on this backend (greedy ones
     always do; DFlashExecutor's speculate_sampled): on `ort-cuda` with CellAttention not with
@@ -189,7 +206,10 @@ class LLM:
     CELL_TREE_SPECULATE_SAMPLED sessions could; greedy ones do. `tree_nodes`: each cycle verifies a
     tree of this many proposals, grown from the draft's top choices per row (0: a chain; default:
     CELL_TREE_NODES on `ort-cuda` with CellAttention, the one backend that verifies a tree as
-    plain decoding rounds; elsewhere chains)."""
+    plain decoding rounds; elsewhere chains). `lookup_tokens`: each chain goes on after the
+    draft's proposals with up to this many tokens looked up in the session's own text (what
+    followed the latest earlier occurrence of its last few tokens; the same text; default:
+    CPU_LOOKUP_TOKENS on `ort-cpu`, else 0; 0: none)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
@@ -198,9 +218,11 @@ class LLM:
                  speculation: bool | None = None, n_draft: int | None = None,
                  max_spec_batch: int | None = None, draft_threshold: float | None = None,
                  chain_steps: int = DEFAULT_CHAIN_STEPS,
-                 tree_nodes: int | None = None) -> None:
+                 tree_nodes: int | None = None, lookup_tokens: int | None = None) -> None:
         self.chain_steps = check_chain_steps(chain_steps)
         check_tree_nodes(tree_nodes)
+        if lookup_tokens is not None:
+            check_lookup(lookup_tokens, LOOKUP_MATCH)
         if chat is not None and not isinstance(chat, bool):
             raise InvalidArgument(f"chat {chat!r}: expected True, False or None")
         if speculation is not None and not isinstance(speculation, bool):
@@ -225,12 +247,15 @@ class LLM:
                                                 max_verify_rows=rows,
                                                 speculate_sampled=speculates_sampled(
                                                     backend, tree_nodes),
-                                                tree_nodes=tree_nodes)
+                                                tree_nodes=tree_nodes,
+                                                lookup_tokens=lookup_defaults(
+                                                    backend, tree_nodes, lookup_tokens))
         elif n_draft is not None or max_spec_batch is not None or draft_threshold is not None \
-                or tree_nodes:
+                or tree_nodes or lookup_tokens:
             name = ("n_draft" if n_draft is not None else
                     "max_spec_batch" if max_spec_batch is not None else
-                    "draft_threshold" if draft_threshold is not None else "tree_nodes")
+                    "draft_threshold" if draft_threshold is not None else
+                    "tree_nodes" if tree_nodes else "lookup_tokens")
             raise InvalidArgument(f"{name} is set, but speculation is off")
         else:
             self.executor = Executor.load(self.folder, **limits)

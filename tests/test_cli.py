@@ -110,6 +110,10 @@ def test_bench_prints_tokens_per_second(artifact):
      "--tree-nodes is set, but speculation is off"),
     (("generate", "x", "--tree-nodes", -2, "--model", "{art}"), "--tree-nodes -2"),
     (("generate", "x", "--tree-nodes", "many"), "invalid int value"),
+    (("generate", "x", "--lookup-tokens", 4, "--model", "{art}"),
+     "--lookup-tokens is set, but speculation is off"),
+    (("generate", "x", "--lookup-tokens", -1, "--model", "{art}"), "--lookup-tokens -1"),
+    (("generate", "x", "--lookup-tokens", "some"), "invalid int value"),
 ])
 def test_bad_arguments_print_one_line_and_exit_2(artifact, tmp_path, args, message):
     args = [str(a).format(art=artifact, tmp=tmp_path) for a in args]

@@ -9,6 +9,7 @@ import pytest
 from cellspec.errors import InvalidArgument
 from cellspec.llm import LLM, SamplingParams
 from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.executor import Executor
 from tests.reference.zlab_draft import write_random_draft
 from tests.tiny_chat import save_checkpoint, tiny_chat_artifact
 
@@ -305,3 +306,34 @@ def test_trees_are_refused_where_they_cannot_be_exact(chat_dflash_artifact):
     with pytest.raises(InvalidArgument, match="tree_nodes is set, but speculation is off"):
         LLM(chat_dflash_artifact, max_sessions=2, speculation=False, tree_nodes=3)
     assert LLM(chat_dflash_artifact, max_sessions=2, tree_nodes=0).executor.tree_nodes is None
+
+
+@pytest.mark.parametrize("value", [-1, True, 2.0, "8"])
+def test_bad_lookup_tokens_are_refused_before_anything_loads(value, monkeypatch):
+    def no_export(*args, **kwargs):
+        raise AssertionError("resolved the model before checking lookup_tokens")
+
+    monkeypatch.setattr("cellspec.llm.resolve_model", no_export)
+    with pytest.raises(InvalidArgument, match="lookup_tokens"):
+        LLM("anything", lookup_tokens=value)
+
+
+def test_lookup_defaults_follow_the_backend(chat_dflash_artifact):
+    """ort-cpu looks CPU_LOOKUP_TOKENS up after each chain's proposals, ort-cuda none (not
+    measured there) and trees never; a given value is kept, 0 turns it off, and it needs
+    speculation."""
+    from cellspec.llm import CPU_LOOKUP_TOKENS, lookup_defaults
+
+    assert CPU_LOOKUP_TOKENS > 0
+    assert lookup_defaults("ort-cpu", None, None) == CPU_LOOKUP_TOKENS
+    assert lookup_defaults("ort-cpu", None, 3) == 3
+    assert lookup_defaults("ort-cuda", None, None) == 0
+    assert lookup_defaults("ort-cuda", 15, None) == 0
+    assert lookup_defaults("ort-cuda", None, 5) == 5
+    llm = LLM(chat_dflash_artifact, max_sessions=2)
+    assert llm.executor.lookup_tokens == CPU_LOOKUP_TOKENS
+    assert LLM(chat_dflash_artifact, max_sessions=2, lookup_tokens=0).executor.lookup_tokens == 0
+    with pytest.raises(InvalidArgument, match="lookup_tokens is set, but speculation is off"):
+        LLM(chat_dflash_artifact, max_sessions=2, speculation=False, lookup_tokens=4)
+    assert isinstance(LLM(chat_dflash_artifact, max_sessions=2, speculation=False,
+                          lookup_tokens=0).executor, Executor)

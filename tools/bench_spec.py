@@ -51,6 +51,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--draft-thresholds", default="",
                         help="comma-separated draft thresholds, each run with every n_draft "
                         "(0: none; default: as LLM sets it)")
+    parser.add_argument("--lookup-tokens", default="",
+                        help="comma-separated lookup_tokens, each run with every n_draft and "
+                        "threshold (0: none; default: as LLM sets it)")
+    parser.add_argument("--lookup-match", default="",
+                        help="comma-separated lookup_match values, each run with every "
+                        "lookup_tokens > 0 (default: the executor's)")
     parser.add_argument("--max-spec-batch", type=int,
                         help="the most sessions speculating in one step (default: LLM's, 4 on "
                         "ort-cpu)")
@@ -117,17 +123,27 @@ def main() -> None:
     n_drafts = [int(n) for n in args.n_draft.split(",")] if args.n_draft else [None]
     thresholds = ([float(t) for t in args.draft_thresholds.split(",")]
                   if args.draft_thresholds else [None])
-    print(f"{'batch':>5} {'n_draft':>7} {'thresh':>6} {'plain tok/s':>12} {'spec tok/s':>11} "
+    lookups = ([int(t) for t in args.lookup_tokens.split(",")] if args.lookup_tokens
+               else [None])
+    matches = [int(t) for t in args.lookup_match.split(",")] if args.lookup_match else [None]
+    print(f"{'batch':>5} {'n_draft':>7} {'thresh':>6} {'lookup':>9} {'plain tok/s':>12} "
+          f"{'spec tok/s':>11} "
           f"{'speedup':>8} {'range':>11} {'tau':>5} {'prop/cycle':>10} "
           f"{'acc/cycle':>9} {'cycle/step':>10} {'same text':>9}")
     for batch in [int(b) for b in args.batches.split(",")]:
         prompts = texts or [PROMPT] * batch
         plain = LLM(args.plain_artifact or folder, max_sessions=batch, threads=args.threads,
                     speculation=False)
+        configs = [(n_draft, threshold, lookup, match)
+                   for n_draft in n_drafts for threshold in thresholds for lookup in lookups
+                   for match in (matches if lookup != 0 else [None])]
         specs = [LLM(folder, max_sessions=batch, threads=args.threads, speculation=True,
                      n_draft=n_draft, max_spec_batch=args.max_spec_batch,
-                     draft_threshold=threshold)
-                 for n_draft in n_drafts for threshold in thresholds]
+                     draft_threshold=threshold, lookup_tokens=lookup)
+                 for n_draft, threshold, lookup, _ in configs]
+        for spec, (*_, match) in zip(specs, configs):
+            if match is not None:  # checked by the tool's caller, not the executor
+                spec.executor.lookup_match = match
         plain_rates, spec_rates, same = [], [[] for _ in specs], [True] * len(specs)
         for repeat in range(args.repeats):  # plain, then each speculative LLM, in turn
             sampling = dict(temperature=args.temperature, top_p=args.top_p)
@@ -147,12 +163,16 @@ def main() -> None:
             ratios = [s / p for s, p in zip(spec_rates[i], plain_rates)]
             threshold = spec.executor.draft_threshold
             print(f"{batch:>5} {spec.executor.n_draft:>7} {threshold or '-':>6} "
+                  f"{f'{spec.executor.lookup_tokens}/{spec.executor.lookup_match}':>9} "
                   f"{median(plain_rates):>12.1f} "
                   f"{median(spec_rates[i]):>11.1f} {median(ratios):>8.2f} "
                   f"{f'{min(ratios):.2f}-{max(ratios):.2f}':>11} {stats.tau:>5.2f} "
                   f"{stats.proposed / max(stats.cycles, 1):>10.2f} "
                   f"{stats.accepted / max(stats.cycles, 1):>9.2f} {cycle / step_seconds:>10.2f} "
                   f"{str(same[i]):>9}")
+            if stats.looked_up:
+                print(f"      looked up {stats.looked_up / max(stats.cycles, 1):.2f} tokens a "
+                      f"cycle, {stats.looked_up_accepted / max(stats.cycles, 1):.2f} accepted")
             print_breakdown(spec, step_seconds)
 
 

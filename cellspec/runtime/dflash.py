@@ -34,6 +34,13 @@ nothing changed in between, else drops it (it changed nothing the caches hold). 
 prompt's prefill) whose sessions would all speculate at the next call queues their first cycle
 the same way (`queue_first_cycle`).
 
+`lookup_tokens` m > 0 (chains only): after the draft's proposals (cut by the threshold), each
+owner's chain goes on with up to m tokens looked up in its own text (runtime/lookup.py): those
+that followed the latest earlier occurrence of its last `lookup_match` or more tokens (the
+anchor and the draft's proposals included), as far as the row limits allow. A small model's
+answers repeat their prompt and themselves, where a block draft guesses less well. The verify
+checks them as any proposal, so the text is the same.
+
 `speculate_sampled=False`: sessions that draw with a temperature always take plain steps (their
 verify's sampler costs more than their acceptance saves on some backends); greedy ones in the
 same batch still speculate. An int n: they speculate when at most n sessions of the step could
@@ -59,10 +66,12 @@ from cellspec.runtime.device import MAX_TREE_ROWS
 from cellspec.runtime.draft import DraftModel, ProposalRequest
 from cellspec.runtime.draws import Draws
 from cellspec.runtime.executor import Executor, load_parts
+from cellspec.runtime.lookup import LOOKUP_MATCH, TokenHistory, continuation
 from cellspec.runtime.sampling import accept_count
 from cellspec.runtime.sessions import DraftState, Session
 from cellspec.runtime.spec_options import (
     check_draft_threshold,
+    check_lookup,
     check_max_verify_rows,
     check_speculate_sampled,
     confident_length,
@@ -83,6 +92,8 @@ class SpecStats:
     proposed: int = 0
     accepted: int = 0
     bonus: int = 0  # cycles whose every proposal was accepted
+    looked_up: int = 0  # proposals looked up in the sessions' text (lookup_tokens), and
+    looked_up_accepted: int = 0  # how many of those were accepted
     grown: int = 0  # rounds whose trees grew on the device (verify_ahead, grow_on_device)
     walked: int = 0  # rounds that queued the next block and verify before their verdict
     plain_over_limit: int = 0  # batches stepped plainly: more than max_spec_batch could speculate
@@ -170,7 +181,8 @@ class DFlashExecutor(Executor):
                  max_spec_batch: int | None = None,
                  draft_threshold: float | None = None,
                  max_verify_rows: int | None = None, speculate_sampled: bool | int = True,
-                 tree_nodes: int | None = None) -> None:
+                 tree_nodes: int | None = None, lookup_tokens: int = 0,
+                 lookup_match: int = LOOKUP_MATCH) -> None:
         super().__init__(*args)
         self.draft = draft
         self.proposer = proposer or draft
@@ -195,8 +207,14 @@ class DFlashExecutor(Executor):
             raise InvalidArgument("draft_threshold needs the artifact's draft, whose draft_block "
                                   f"outputs {names.LOGITS}")
         self.tree_nodes = self._check_tree_nodes(tree_nodes)
+        self.lookup_tokens, self.lookup_match = check_lookup(lookup_tokens, lookup_match)
+        if self.lookup_tokens and self.tree_nodes is not None:
+            raise InvalidArgument("lookup_tokens and tree_nodes: looked-up tokens extend a "
+                                  "chain; a tree verifies the draft's choices only")
+        # the most proposals of one owner's chain: the draft's, then the looked-up ones
+        self.chain_limit = min(self.n_draft + self.lookup_tokens, self.target.max_width - 1)
         # the cells a cycle writes: its verify's rows
-        self.cycle_rows = max(self.n_draft, self.tree_nodes or 0) + 1
+        self.cycle_rows = max(self.chain_limit, self.tree_nodes or 0) + 1
         self.stats = SpecStats()
         # the next cycle's draft block, queued: (its request, the call that takes its choices)
         self._ahead: tuple[list[ProposalRequest], Callable] | None = None
@@ -235,11 +253,13 @@ class DFlashExecutor(Executor):
              draft_threshold: float | None = None,
              max_verify_rows: int | None = None,
              speculate_sampled: bool | int = True,
-             tree_nodes: int | None = None) -> DFlashExecutor:
+             tree_nodes: int | None = None, lookup_tokens: int = 0,
+             lookup_match: int = LOOKUP_MATCH) -> DFlashExecutor:
         """Load an artifact with its draft (or, for tests, any `proposer`)."""
         check_draft_threshold(draft_threshold)  # before the engines load
         check_max_verify_rows(max_verify_rows)
         check_speculate_sampled(speculate_sampled)
+        check_lookup(lookup_tokens, lookup_match)
         parts = load_parts(artifact, backend, max_sessions, max_session_tokens, threads)
         folder, manifest, engines = parts[:3]
         if proposer is None and manifest.draft is None:
@@ -248,12 +268,13 @@ class DFlashExecutor(Executor):
         return cls(*parts, draft=draft, proposer=proposer, n_draft=n_draft,
                    max_spec_batch=max_spec_batch, draft_threshold=draft_threshold,
                    max_verify_rows=max_verify_rows, speculate_sampled=speculate_sampled,
-                   tree_nodes=tree_nodes)
+                   tree_nodes=tree_nodes, lookup_tokens=lookup_tokens,
+                   lookup_match=lookup_match)
 
     # -- session hooks: the draft cache follows the target ---------------------------------
 
     def _opened(self, session: Session) -> None:
-        session.draft = DraftState()
+        session.draft = DraftState(history=TokenHistory() if self.lookup_tokens else None)
         if self.draft:
             self.draft.cache.seq_new(session.sid)
 
@@ -264,7 +285,8 @@ class DFlashExecutor(Executor):
     def _cloned(self, source: Session, clone: Session, upto: int) -> None:
         """The clone shares the target cells (and so the taps) below `upto`, and the source's
         drained draft cells below it."""
-        clone.draft = DraftState()
+        history = source.draft.history
+        clone.draft = DraftState(history=None if history is None else history.copy(upto))
         if self.draft:
             drained = self.draft.cache.pos(source.sid)
             self.draft.cache.seq_clone(source.sid, clone.sid, min(upto, drained))
@@ -273,7 +295,10 @@ class DFlashExecutor(Executor):
         """Forget what the draft cache holds at positions >= pos (taps left in freed cells are
         never read)."""
         self._rewind_draft(sid, pos)
-        self.sessions.sessions[sid].draft.pending = None
+        state = self.sessions.sessions[sid].draft
+        state.pending = None
+        if state.history is not None:
+            state.history.truncate(pos)
 
     def _rewind_draft(self, sid: int, pos: int) -> None:
         if self.draft and pos < self.draft.cache.pos(sid):
@@ -295,9 +320,12 @@ class DFlashExecutor(Executor):
             if plain:
                 for i, out in zip(plain, self._plain([batch[i] for i in plain])):
                     outputs[i] = out
+                    self._record(batch[i].sid, batch[i].position, batch[i].tokens)
             if fast:
                 for i, burst in zip(fast, self.speculate([batch[i] for i in fast])):
                     outputs[i] = Output(batch[i].sid, burst)
+                    self._record(batch[i].sid, batch[i].position,
+                                 (*batch[i].tokens, *burst[:-1]))
             else:
                 self._queue_first_cycle(outputs)
         except Exception as error:  # the caches changed: whatever failed, the batch is poisoned
@@ -309,9 +337,16 @@ class DFlashExecutor(Executor):
         """Plain decode steps (see Executor.decode); each session's last token is pending after
         (its taps wait in the pool for the next cycle's drain), as after `_plain`."""
         outputs = super().decode(batch, steps, on_step)
-        for out in outputs:
+        for item, out in zip(batch, outputs):
             self._state(out.sid).pending = out.tokens[-1]
+            self._record(out.sid, item.position, (*item.tokens, *out.tokens[:-1]))
         return outputs
+
+    def _record(self, sid: int, position: int, tokens: Sequence[int]) -> None:
+        """The tokens now in `sid`'s cache from `position` on, in its text (lookup_tokens)."""
+        history = self._state(sid).history
+        if history is not None:
+            history.write(position, tokens)
 
     def chains_run_ahead(self, batch: Sequence[BatchInput]) -> bool:
         """Only where `execute` would not speculate: no session of the batch could (a sampled
@@ -680,10 +715,13 @@ class DFlashExecutor(Executor):
         if self.max_verify_rows is not None:
             n_draft = max(1, min(n_draft, self.max_verify_rows // len(requests) - 1))
         if self.draft_threshold is not None and self.proposer is self.draft:
-            proposals, probs = self.draft.propose_with_confidence(requests, n_draft)
-            proposals = proposals[:, : confident_length(probs, self.draft_threshold)]
+            drafted, probs = self.draft.propose_with_confidence(requests, n_draft)
+            proposals = drafted[:, : confident_length(probs, self.draft_threshold)]
         else:  # no threshold, or a proposer without probabilities (tests swap one in)
-            proposals = self.proposer.propose(requests, n_draft)  # [O, n]
+            proposals = drafted = self.proposer.propose(requests, n_draft)  # [O, n]
+        drafted_count, found = proposals.shape[1], [0] * len(requests)
+        if self.lookup_tokens:
+            proposals, found = self._looked_up(requests, proposals, drafted)
         n_draft = proposals.shape[1]
         width = n_draft + 1
         # verify [anchor, d1..dn] of every owner in one target forward: every row is drawn
@@ -707,8 +745,37 @@ class DFlashExecutor(Executor):
             self._rewind_draft(request.sid, request.position + accepted + 1)
             self._state(request.sid).pending = burst[-1]
             self._count(accepted, n_draft)
+            self.stats.looked_up_accepted += min(max(0, accepted - drafted_count),
+                                                 found[owner])
             bursts.append(burst)
         return bursts
+
+    def _looked_up(self, requests: list[ProposalRequest], proposals: np.ndarray,
+                   drafted: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """Each owner's proposals [O, k], then up to lookup_tokens tokens looked up in its own
+        text (anchor and proposals included) as far as the chain limit and the row limit allow;
+        the chains made equally long (one verify) with the draft's further proposals, then
+        repeats of their last token: any proposal is checked, so a filler costs only its row.
+        Returns the chains and how many tokens of each were looked up."""
+        limit = self.chain_limit
+        if self.max_verify_rows is not None:
+            limit = max(1, min(limit, self.max_verify_rows // len(requests) - 1))
+        room = limit - proposals.shape[1]
+        chains, counts = [], []
+        for request, row in zip(requests, proposals.tolist()):
+            history = self._state(request.sid).history
+            found = []
+            if room > 0 and history is not None and history.length == request.position:
+                found = continuation(history.tokens(), [request.anchor, *row],
+                                     self.lookup_match, min(room, self.lookup_tokens))
+            self.stats.looked_up += len(found)
+            chains.append(row + found)
+            counts.append(len(found))
+        width = max(len(chain) for chain in chains)
+        for chain, further in zip(chains, drafted.tolist()):
+            chain += further[len(chain): width]
+            chain += chain[-1:] * (width - len(chain))
+        return np.asarray(chains, dtype=proposals.dtype), counts
 
     def _state(self, sid: int) -> DraftState:
         return self.sessions.sessions[sid].draft

@@ -2,7 +2,7 @@
 
 A session's frontier (next position) is the cell cache's `pos(sid)`; the `Session` keeps the
 rest: sampling parameters, seed, whether a failed step poisoned it, and, under speculation, its
-draft state (the pending token).
+draft state (the pending token, and the session's text where cycles look proposals up in it).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cellspec.errors import InvalidArgument
+from cellspec.runtime.lookup import TokenHistory
 from cellspec.runtime.types import Sampling
 
 MAX_SEED = 2**64 - 1  # uniforms mix the seed as a 64-bit word: larger seeds would alias
@@ -23,6 +24,7 @@ class DraftState:
     """DFlash per-session state (the draft cache holds positions 0..d-1; the taps of positions
     d..frontier-1 wait in the target's taps pool, in their cells)."""
 
+    history: TokenHistory | None = None  # the tokens in the target cache (lookup_tokens)
     pending: int | None = None  # emitted, not yet fed to the target: the next anchor
 
 

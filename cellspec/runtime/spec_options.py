@@ -1,6 +1,6 @@
 """A DFlash executor's options, each validated where the caller gives it (pure; no engine):
-draft_threshold, max_verify_rows, speculate_sampled, and the cut a threshold makes
-(`confident_length`). runtime/dflash.py says what each does."""
+draft_threshold, max_verify_rows, speculate_sampled, lookup_tokens and lookup_match, and the
+cut a threshold makes (`confident_length`). runtime/dflash.py says what each does."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 
 from cellspec.errors import InvalidArgument
 from cellspec.manifest_fields import is_int, is_number
+from cellspec.runtime.lookup import MAX_MATCH
 
 
 def check_draft_threshold(threshold: float | None) -> float | None:
@@ -35,6 +36,17 @@ def check_max_verify_rows(rows: int | None) -> int | None:
         raise InvalidArgument(f"max_verify_rows {rows!r}: expected an int >= 2 or None (no "
                               "limit)")
     return None if rows is None else int(rows)
+
+
+def check_lookup(tokens: int, match: int) -> tuple[int, int]:
+    """lookup_tokens: an int >= 0 (0: none looked up); lookup_match: an int in [1, MAX_MATCH]
+    (the fewest tokens of the text's end that must have occurred before)."""
+    if not (is_int(tokens) and tokens >= 0):
+        raise InvalidArgument(f"lookup_tokens {tokens!r}: expected an int >= 0 (0: no "
+                              "proposals looked up in the text)")
+    if not (is_int(match) and 1 <= match <= MAX_MATCH):
+        raise InvalidArgument(f"lookup_match {match!r}: expected an int in [1, {MAX_MATCH}]")
+    return int(tokens), int(match)
 
 
 def confident_length(probs: np.ndarray, threshold: float) -> int:

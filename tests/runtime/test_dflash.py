@@ -370,6 +370,8 @@ def check_draft_state(spec, reference, sid, history):
     """Both caches agree with the history, and the draft's keys equal a fresh replay's."""
     assert undrained(spec, sid) == spec.pos(sid)
     assert spec.pos(sid) == len(history)
+    looked_up = spec.sessions.sessions[sid].draft.history
+    assert looked_up is None or looked_up.tokens().tolist() == history
     if not history:
         return
     spec._drain([sid])
@@ -384,10 +386,13 @@ def check_draft_state(spec, reference, sid, history):
     reference.close_session(ref)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_random_operations_keep_the_draft_in_step(dflash_artifact, seed):
+# lookup: each chain goes on with up to that many tokens looked up in the session's text
+# (test_lookup.py), whose history must follow every operation as the caches do
+@pytest.mark.parametrize(("seed", "lookup"), [(0, 0), (1, 0), (4, 4)])
+def test_random_operations_keep_the_draft_in_step(dflash_artifact, seed, lookup):
     rng = np.random.default_rng(seed)
-    spec = DFlashExecutor.load(dflash_artifact, max_sessions=5, max_session_tokens=80, n_draft=3)
+    spec = DFlashExecutor.load(dflash_artifact, max_sessions=5, max_session_tokens=80, n_draft=3,
+                               lookup_tokens=lookup, lookup_match=1)
     reference = DFlashExecutor.load(dflash_artifact, max_sessions=2, max_session_tokens=80)
     histories, seeds = {}, {}
     spec.proposer = Truth(spec, reference, histories, seeds, rng)
@@ -412,9 +417,10 @@ def test_random_operations_keep_the_draft_in_step(dflash_artifact, seed):
             histories[sid] = histories[sid][:position] + list(tokens)
         elif op == "spec":
             pending = spec.sessions.sessions[sid].draft.pending
-            if pending is None or frontier + 4 > 80:
+            if pending is None or frontier + spec.cycle_rows > 80:
                 continue
-            expected = spec.proposer.plain(histories[sid] + [pending], seeds[sid], 4)
+            expected = spec.proposer.plain(histories[sid] + [pending], seeds[sid],
+                                           spec.cycle_rows)
             out = spec.execute([BatchInput(sid, (pending,), frontier)])[0]
             assert list(out.tokens) == expected[:len(out.tokens)]
             histories[sid] += [pending] + list(out.tokens[:-1])
@@ -436,6 +442,7 @@ def test_random_operations_keep_the_draft_in_step(dflash_artifact, seed):
         spec.draft.cache.check()
     assert spec.stats.accepted > 0 and spec.stats.bonus > 0
     assert spec.stats.accepted < spec.stats.proposed
+    assert (spec.stats.looked_up > 0) == (lookup > 0)
 
 
 def test_a_cycle_drains_its_verify_rows_as_it_verifies(dflash_artifact):

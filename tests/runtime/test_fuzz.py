@@ -331,18 +331,24 @@ def test_fuzz_plain_executor(tiny_artifact, monkeypatch, seed, device):
     fuzz(executor, reference, seed, monkeypatch)
 
 
-@pytest.mark.parametrize(("seed", "max_spec_batch", "device"),
-                         [(0, None, False), (1, 2, False), (0, None, True)],
-                         ids=["0", "1-limit-2", "0-device"])
-def test_fuzz_dflash_executor(dflash_artifact, monkeypatch, seed, max_spec_batch, device):
+# lookup: chains go on with tokens looked up in each session's text (lookup_match 1, so that
+# random tokens find some)
+@pytest.mark.parametrize(("seed", "max_spec_batch", "device", "lookup"),
+                         [(0, None, False, 0), (1, 2, False, 0), (0, None, True, 0),
+                          (2, None, False, 4)],
+                         ids=["0", "1-limit-2", "0-device", "2-lookup"])
+def test_fuzz_dflash_executor(dflash_artifact, monkeypatch, seed, max_spec_batch, device,
+                              lookup):
     backend = host_backend(dflash_artifact, 5, "decomposed") if device else "ort-cpu"
     executor = DFlashExecutor.load(dflash_artifact, backend=backend, max_sessions=5,
                                    max_session_tokens=BUDGET, n_draft=3,
-                                   max_spec_batch=max_spec_batch)
+                                   max_spec_batch=max_spec_batch, lookup_tokens=lookup,
+                                   lookup_match=1)
     reference = Executor.load(dflash_artifact, max_sessions=1, max_session_tokens=BUDGET)
     fuzz(executor, reference, seed, monkeypatch)
     assert executor.stats.cycles > 20
     assert (executor.stats.plain_over_limit > 0) == (max_spec_batch is not None)
+    assert (executor.stats.looked_up > 0) == (lookup > 0)
 
 
 @pytest.mark.parametrize("queued", [False, True], ids=["host", "queued"])
