@@ -1,4 +1,4 @@
-// tools/cell_attention_mma.cuh's kernel run on the CPU, its source as it is: a block's 128
+// cellspec/plugins/cell_attention_mma.cuh's kernel run on the CPU, its source as it is: a block's 128
 // threads are host threads, shared memory is the kernel's statics (one block at a time), a
 // warp's shuffles and a block's barriers are std::barrier, and a WMMA fragment is its whole
 // 16 x 16 tile in every lane (an MMA sums each element in float32, k in order; not the tensor
@@ -22,6 +22,8 @@
 #include <functional>
 #include <thread>
 #include <vector>
+
+#include <type_traits>
 
 // --- what the kernel uses of CUDA and of cellspec/plugins/cell_attention.cu ---------------------
 #define __global__
@@ -138,9 +140,8 @@ float warp_reduce(float value) {  // the plugin's, word for word
   }
   return value;
 }
+#include "../cellspec/plugins/cell_attention_mma.cuh"
 }  // namespace
-
-#include "../tools/cell_attention_mma.cuh"
 
 // --- the emulated launch -----------------------------------------------------------------------
 template <typename T> T from_float_host(float x) { return static_cast<T>(x); }

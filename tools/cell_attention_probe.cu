@@ -10,8 +10,8 @@
 //   nvcc -std=c++17 -O3 -arch=native -I"$CELLSPEC_ORT_INCLUDE" tools/cell_attention_probe.cu \
 //       -o /tmp/probe && /tmp/probe
 //
-// `/tmp/probe mma` times tools/cell_attention_mma.cuh's prototype (the chunk on the tensor cores)
-// next to the plugin's launch, and checks that it keeps the plugin's invariances.
+// `/tmp/probe mma` times mma_chunk_kernel (cellspec/plugins/cell_attention_mma.cuh: the chunk on
+// the tensor cores) next to the plugin's launch, and checks that it keeps the plugin's invariances.
 // `/tmp/probe verify-qwen` times every tiling of Qwen3-8B-headed verifies (16 rows, 1024 cells).
 // `/tmp/probe pair` times pair_kernel instead (steps tiled one (row, head) pair a block over 2-4
 // chunks: decode steps and verifies over a few hundred cells), next to an empty kernel of the
@@ -21,7 +21,6 @@
 // chunk_kernel reads its key rows through its staging buffer where the plugin would (the line's
 // "staged"); CELLSPEC_PROBE_STAGED=0 or 1 forces the choice, whose hashes must agree.
 #include "../cellspec/plugins/cell_attention.cu"
-#include "cell_attention_mma.cuh"
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -214,9 +213,8 @@ void launch_mma(const T* q, const T* k_new, const T* v_new, const T* k_pool, con
 }
 
 // `mma` mode: the plugin's launch of a step (attend's choice: pair_kernel, or chunk_kernel and
-// combine_kernel) with keys 0, or the prototype's (cell_attention_mma.cuh) with chunks of `keys`
-// (128 or 64), `reps` times after 3 warm-ups; the step's output, and the microseconds a launch
-// took
+// combine_kernel) with keys 0, or mma_chunk_kernel's with chunks of `keys` (128 or 64), `reps`
+// times after 3 warm-ups; the step's output, and the microseconds a launch took
 template <typename T>
 std::vector<T> attend_step(const HostStep<T>& st, int keys, int reps, float* us = nullptr) {
   DeviceStep<T> d(st);
@@ -263,7 +261,7 @@ const char* launch_name(int keys) {
   return keys == 0 ? "plugin" : keys == 128 ? "mma128" : "mma64";
 }
 
-// the launches of one step (the plugin's, the prototype's with chunks of 128 and of 64 keys):
+// the launches of one step (the plugin's, mma_chunk_kernel's with chunks of 128 and of 64 keys):
 // time, error against float64, hash; by_position 0: a draft block's step (every row sees every
 // new token, new token i at key N + i)
 template <typename T>
@@ -311,9 +309,9 @@ void check_invariance(int Q, int N, int H, int KV, int D, int S) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "mma") {
-    // the prototype against the plugin's launch: Qwen3-8B's heads (shape C) and SmolLM2's, decode
-    // steps and 16-row verifies at 1,024 and 256 cells, 1, 8 and 32 sessions, C's draft block,
-    // bfloat16 once; then the invariances
+    // mma_chunk_kernel against the plugin's launch: Qwen3-8B's heads (shape C) and SmolLM2's,
+    // decode steps and 16-row verifies at 1,024 and 256 cells, 1, 8 and 32 sessions, C's draft
+    // block, bfloat16 once; then the invariances
     const int shapes[][3] = {{1, 1, 1024}, {1, 16, 1024}, {8, 1, 1024}, {8, 16, 1024},
                              {1, 1, 256}, {1, 16, 256}, {32, 1, 1024}};
     for (const auto& sqn : shapes) {

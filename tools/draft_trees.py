@@ -73,17 +73,14 @@ def proposal_ids(artifact: Path) -> np.ndarray | None:
     return None
 
 
-def record(args) -> list[tuple[np.ndarray, np.ndarray, list[int], str]]:
-    """(top ids [n, top], their probabilities [n, top], the text after the anchor, the prompt's
-    category) a cycle."""
+def record_cycles(llm, artifact: Path, top: int) -> list[list]:
+    """Hooks `llm`'s speculation so that each cycle appends [top ids [n, top], their
+    probabilities [n, top]] and then the burst it committed; returns that list of cycles.
+    The LLM must speculate in chains at batch 1 (one session a cycle)."""
     from cellspec import artifact as names
-    from cellspec.llm import LLM, SamplingParams
-    from tools.dflash_train.prompts import held_out_prompts
 
-    llm = LLM(args.artifact, max_sessions=1, threads=args.threads, speculation=True,
-              n_draft=args.n_draft, draft_threshold=0)
     executor, draft = llm.executor, llm.executor.draft
-    ids = proposal_ids(args.artifact)
+    ids = proposal_ids(artifact)
     cycles, last = [], {}
     run = draft._run
 
@@ -98,8 +95,8 @@ def record(args) -> list[tuple[np.ndarray, np.ndarray, list[int], str]]:
             logits = np.asarray(last["logits"][: n_draft], dtype=np.float64)
             p = np.exp(logits - logits.max(axis=1, keepdims=True))
             p /= p.sum(axis=1, keepdims=True)
-            top = np.argsort(-p, axis=1, kind="stable")[:, : args.top]
-            cycles.append([top if ids is None else ids[top], np.take_along_axis(p, top, 1)])
+            best = np.argsort(-p, axis=1, kind="stable")[:, :top]
+            cycles.append([best if ids is None else ids[best], np.take_along_axis(p, best, 1)])
             return proposals
 
     draft._run = keep_logits
@@ -112,6 +109,18 @@ def record(args) -> list[tuple[np.ndarray, np.ndarray, list[int], str]]:
         return bursts
 
     executor.speculate = keep_burst
+    return cycles
+
+
+def record(args) -> list[tuple[np.ndarray, np.ndarray, list[int], str]]:
+    """(top ids [n, top], their probabilities [n, top], the text after the anchor, the prompt's
+    category) a cycle."""
+    from cellspec.llm import LLM, SamplingParams
+    from tools.dflash_train.prompts import held_out_prompts
+
+    llm = LLM(args.artifact, max_sessions=1, threads=args.threads, speculation=True,
+              n_draft=args.n_draft, draft_threshold=0)
+    cycles = record_cycles(llm, args.artifact, args.top)
     samples = []
     for prompt in held_out_prompts(args.prompts):
         start = len(cycles)

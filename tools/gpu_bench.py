@@ -864,8 +864,11 @@ def paired_smollm2(args, folder: Path, prompts: list[str], batches: list[int]) -
     and `same_answers`: the batches whose answers were the same."""
     from cellspec.llm import LLM, SamplingParams
 
+    lookup = {} if args.lookup_tokens is None else {  # looked-up tokens go on after chains
+        "tree_nodes": 0, "lookup_tokens": args.lookup_tokens}
     llms = {speculation: LLM(folder, backend=BACKEND[0], max_sessions=max(8, *batches),
-                             speculation=speculation) for speculation in (False, True)}
+                             speculation=speculation, **(lookup if speculation else {}))
+            for speculation in (False, True)}
     rows = []
     for batch in batches:
         params = SamplingParams(max_tokens=args.tokens, temperature=args.temperature,
@@ -883,6 +886,7 @@ def paired_smollm2(args, folder: Path, prompts: list[str], batches: list[int]) -
                          "temperature": args.temperature, "top_p": args.top_p,
                          "prompts": len(prompts), **total,
                          "tau": (accepted + cycles) / cycles if speculation and cycles
+                         else None, "lookup_tokens": args.lookup_tokens if speculation
                          else None, "host_probe_ms": probes})
             print(json.dumps(rows[-1]), flush=True)
         rows.append({"spec_over_plain": True, "batch": batch, **ratio, "host_probe_ms": probes})
@@ -1087,6 +1091,10 @@ def main() -> None:
         "--paired", action="store_true", help="plain and speculative decoding (the LLM's "
         "defaults) side by side in one process, each batch of prompts by both in turn: their "
         "ratio under the same host (the other speculation options are ignored)")
+    commands.choices["smollm2"].add_argument(
+        "--lookup-tokens", type=int, help="with --paired: the speculative side in chains, each "
+        "going on with up to this many tokens looked up in the session's text (LLM's "
+        "lookup_tokens; default: the LLM's defaults, trees with CellAttention)")
     commands.choices["smollm2"].add_argument("--temperature", type=float, default=0.0)
     commands.choices["smollm2"].add_argument("--top-p", type=float, default=1.0)
     commands.choices["smollm2"].add_argument(

@@ -22,6 +22,7 @@ from pathlib import Path
 from cellspec.errors import CellspecError
 
 SOURCE = Path(__file__).with_name("cell_attention.cu")
+HEADERS = ("cell_attention_mma.cuh",)  # included by SOURCE: a change to one is a new build too
 HEADER = "onnxruntime_cxx_api.h"
 INCLUDE_FOLDERS = ("/usr/include/onnxruntime", "/usr/local/include/onnxruntime",
                    "/usr/include", "/usr/local/include")
@@ -59,7 +60,12 @@ def plugin_folder() -> Path:
 
 
 def source_digest() -> str:
-    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    for name in HEADERS:
+        header = SOURCE.with_name(name)
+        if header.is_file():
+            digest.update(header.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def library_path(include: Path, compiler: str) -> Path:

@@ -78,6 +78,7 @@
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
+#include <mma.h>
 
 #include <dlfcn.h>
 
@@ -810,6 +811,8 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
 // combine_kernel's shared memory: two floats per chunk, within the 48 KB a launch gets by default
 constexpr size_t kMaxCombineBytes = 48 * 1024;
 size_t combine_bytes(const Dims& dm) { return static_cast<size_t>(dm.chunks) * 2 * sizeof(float); }
+
+#include "cell_attention_mma.cuh"  // mma_chunk_kernel
 
 // one pair (x1, x2) = (x[d], x[d + D / 2]) of a head rotated by (cos, sin) and rounded to T: each
 // product rounded to float32, then the sum (no fused multiply-add, whose use the compiler picks
@@ -1604,6 +1607,23 @@ bool pairs_in_one_launch(const Dims& dm, size_t element_size) {
          dm.chunks <= kMaxInBlockChunks && pair_values_coalesce(dm.D, element_size);
 }
 
+// whether mma_chunk_kernel takes a step of these heads (the plugin's other limits hold already)
+bool mma_fits(const Dims& dm, size_t element_size) {
+  const int64_t group = dm.H / dm.KV;
+  return element_size == 2 && group <= kMmaPairs && dm.D % 16 == 0 && dm.D <= kMaxHeadDim;
+}
+
+// whether float16 and bfloat16 steps of heads mma_fits takes run mma_chunk_kernel instead of
+// pair_kernel / chunk_kernel (CELLSPEC_CUDA_MMA_ATTENTION=1 in the environment; other
+// arithmetic, so a process keeps one choice: a verify row and its plain step must agree)
+bool mma_attention() {
+  static const bool enabled = [] {
+    const char* setting = std::getenv("CELLSPEC_CUDA_MMA_ATTENTION");
+    return setting && std::string(setting) == "1";
+  }();
+  return enabled;
+}
+
 // null, or op `name`'s error for cos_cache and sin_cache not both [positions, D / 2] with at least
 // one position (the rotation clamps a position into the caches)
 OrtStatus* check_rotary_caches(const std::string& name, const std::vector<int64_t>& cos,
@@ -1641,6 +1661,26 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
   tile(dm, resident_chunk_blocks<T>);
   auto stream = static_cast<cudaStream_t>(ctx.GetGPUComputeStream());
   const bool overlap = overlapping(dm.S * dm.Q);
+  if constexpr (sizeof(T) == 2) {
+    if (mma_attention() && mma_fits(dm, sizeof(T))) {
+      dm = mma_tiling(dm, kChunk);  // chunk_kernel's chunks: the partials' size as allocated
+      launch_after(overlap, overlap ? mma_chunk_kernel<T, kChunk, true>
+                                    : mma_chunk_kernel<T, kChunk, false>,
+                   dim3(static_cast<unsigned>(mma_blocks(dm))), dim3(kMmaThreads), 0, stream,
+                   q, k_new, v_new, ctx.GetInput(3).GetTensorData<T>(),
+                   ctx.GetInput(4).GetTensorData<T>(), ctx.GetInput(5).GetTensorData<int64_t>(),
+                   ctx.GetInput(6).GetTensorData<bool>(),
+                   ctx.GetInput(7).GetTensorData<int64_t>(), dm,
+                   partials.GetTensorMutableData<float>(), out.GetTensorMutableData<T>());
+      if (dm.chunks > 1) {
+        const int threads = dm.D < 128 ? static_cast<int>(dm.D) : 128;
+        launch_after(overlap, overlap ? combine_kernel<T, true> : combine_kernel<T, false>,
+                     dim3(row_heads), dim3(threads), combine_bytes(dm), stream,
+                     partials.GetTensorData<float>(), dm, out.GetTensorMutableData<T>());
+      }
+      return launched();
+    }
+  }
   if (pairs_in_one_launch(dm, sizeof(T))) {  // the same output as the two kernels below, one launch
     launch_after(overlap, overlap ? pair_kernel<T, true> : pair_kernel<T, false>,
                  dim3(row_heads), dim3(kChunk * dm.chunks), 0, stream,

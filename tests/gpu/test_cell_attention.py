@@ -668,3 +668,23 @@ def test_row_matmul_rotary_refuses_positions_not_one_per_row(cell_library):
                  {"x": x, "w": w, "cos_cache": cos, "sin_cache": cos,
                   "positions": np.zeros((2, 2), np.int64)},
                  ["q", "k", "v", "scratch"], num_heads=2, kv_num_heads=1)
+
+
+def test_the_tensor_core_chunk_keeps_every_attention_promise(cell_library):
+    """CELLSPEC_CUDA_MMA_ATTENTION=1 (read once per process: a child pytest): float16 steps run
+    mma_chunk_kernel, and every CellAttention test above passes with it: the reference, a row
+    alone / in a batch / in a larger bucket, a verified key as a cell, wide verifies, Qwen3-8B's
+    heads, the rotary ops."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    tests = ("test_matches_reference or alone_in_a_batch or verified_key or four_heads or "
+             "rotary_attention or wide_verify")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(Path(__file__).relative_to(root)), "-k", tests], cwd=root,
+                          env={**os.environ, "CELLSPEC_CUDA_MMA_ATTENTION": "1"},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-4000:]

@@ -608,6 +608,19 @@ def test_the_library_is_built_once_per_source(plugin_env, monkeypatch):
     assert len((plugin_env / "bin" / "calls").read_text().splitlines()) == 2
 
 
+def test_a_change_to_an_included_header_is_a_new_build(plugin_env, monkeypatch):
+    """cell_attention.cu includes cell_attention_mma.cuh: the build's name digests both."""
+    source = plugin_env / "cell_attention.cu"
+    source.write_text('#include "cell_attention_mma.cuh"\n')
+    header = plugin_env / "cell_attention_mma.cuh"
+    header.write_text("// one kernel\n")
+    monkeypatch.setattr(build, "SOURCE", source)
+    first = build_library()
+    assert build_library() == first
+    header.write_text("// another kernel\n")
+    assert build_library() != first
+
+
 def test_a_build_counts_its_seconds_on_stderr_once(plugin_env, monkeypatch, capsys):
     """A build (a minute or so with the real nvcc) shows one line that counts the seconds; a
     library in the cache shows nothing, and so does a build asked for without progress."""

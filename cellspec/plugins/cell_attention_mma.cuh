@@ -1,9 +1,9 @@
-// A prototype, not part of the plugin: CellAttention's chunk on the tensor cores (WMMA), for
-// tools/cell_attention_probe.cu's `mma` mode, which times it next to chunk_kernel / pair_kernel,
-// checks it against a float64 reference, and checks the two properties the plugin's kernels
-// promise: a row's output is the same bit for bit in a verify and in the plain step of its
-// token afterwards, and alone or in a batch. Included after cellspec/plugins/cell_attention.cu
-// (Dims, kChunk, warp_reduce, combine_kernel, ...). Float16 and bfloat16 only.
+// CellAttention's chunk on the tensor cores (WMMA), float16 and bfloat16: mma_chunk_kernel, which
+// cell_attention.cu launches instead of pair_kernel / chunk_kernel where
+// CELLSPEC_CUDA_MMA_ATTENTION=1 (mma_attention). Included by cell_attention.cu inside its
+// namespace (Dims, kChunk, warp_reduce, combine_kernel, ...); tools/cell_attention_probe.cu's
+// `mma` mode times it and checks its invariances on a GPU, and
+// tools/cell_attention_mma_emulate.cpp runs this source on host threads.
 //
 // Why: a 16-row verify of Qwen3-8B's heads over 1,024 cells takes chunk_kernel 72.8 us a layer
 // in a real step (49 us with a warm L2), against 15 us for one row, and that difference is most
@@ -28,12 +28,6 @@
 // every row that sees the slot sees the same key there (a chain's verify, a decode step); where
 // two rows see different keys at one slot (siblings of a tree, at one position), the block runs
 // its rows one at a time. Either way each pair's arithmetic is the same.
-#ifdef __CUDACC__  // (tools/cell_attention_mma_emulate.cpp brings its own nvcuda::wmma)
-#include <mma.h>
-#endif
-
-namespace {
-
 constexpr int kMmaRows = 4;    // query rows per block at most
 constexpr int kMmaPairs = 16;  // (row, head) pairs per block: one m16 tile
 constexpr int kMmaThreads = 128;
@@ -297,5 +291,3 @@ Dims mma_tiling(Dims dm, int keys) {
 }
 
 int64_t mma_blocks(const Dims& dm) { return dm.S * dm.row_tiles * dm.KV * dm.chunks; }
-
-}  // namespace
