@@ -1624,6 +1624,20 @@ bool mma_attention() {
   return enabled;
 }
 
+// the chunks' partials combined into `out` (combine_kernel; one chunk wrote `out` itself), after
+// chunk_kernel or mma_chunk_kernel
+template <typename T>
+OrtStatus* combine_chunks(bool overlap, const Dims& dm, int64_t row_heads, cudaStream_t stream,
+                          const float* partials, T* out) {
+  if (dm.chunks > 1) {
+    const int threads = dm.D < 128 ? static_cast<int>(dm.D) : 128;
+    launch_after(overlap, overlap ? combine_kernel<T, true> : combine_kernel<T, false>,
+                 dim3(row_heads), dim3(threads), combine_bytes(dm), stream,
+                 partials, dm, out);
+  }
+  return launched();
+}
+
 // null, or op `name`'s error for cos_cache and sin_cache not both [positions, D / 2] with at least
 // one position (the rotation clamps a position into the caches)
 OrtStatus* check_rotary_caches(const std::string& name, const std::vector<int64_t>& cos,
@@ -1672,13 +1686,8 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
                    ctx.GetInput(6).GetTensorData<bool>(),
                    ctx.GetInput(7).GetTensorData<int64_t>(), dm,
                    partials.GetTensorMutableData<float>(), out.GetTensorMutableData<T>());
-      if (dm.chunks > 1) {
-        const int threads = dm.D < 128 ? static_cast<int>(dm.D) : 128;
-        launch_after(overlap, overlap ? combine_kernel<T, true> : combine_kernel<T, false>,
-                     dim3(row_heads), dim3(threads), combine_bytes(dm), stream,
-                     partials.GetTensorData<float>(), dm, out.GetTensorMutableData<T>());
-      }
-      return launched();
+      return combine_chunks<T>(overlap, dm, row_heads, stream, partials.GetTensorData<float>(),
+                           out.GetTensorMutableData<T>());
     }
   }
   if (pairs_in_one_launch(dm, sizeof(T))) {  // the same output as the two kernels below, one launch
@@ -1698,13 +1707,8 @@ OrtStatus* attend(Ort::KernelContext& ctx, const std::vector<int64_t>& q_shape, 
       ctx.GetInput(5).GetTensorData<int64_t>(), ctx.GetInput(6).GetTensorData<bool>(),
       ctx.GetInput(7).GetTensorData<int64_t>(), dm, partials.GetTensorMutableData<float>(),
       out.GetTensorMutableData<T>());
-  if (dm.chunks > 1) {
-    const int threads = dm.D < 128 ? static_cast<int>(dm.D) : 128;
-    launch_after(overlap, overlap ? combine_kernel<T, true> : combine_kernel<T, false>,
-                 dim3(row_heads), dim3(threads), combine_bytes(dm), stream,
-                 partials.GetTensorData<float>(), dm, out.GetTensorMutableData<T>());
-  }
-  return launched();
+  return combine_chunks<T>(overlap, dm, row_heads, stream, partials.GetTensorData<float>(),
+                           out.GetTensorMutableData<T>());
 }
 
 // CellAttention: q, k_new, v_new, k_pool, v_pool, cell_table, attn_mask, positions -> out,
