@@ -168,6 +168,11 @@ class Backend(ABC):
     @abstractmethod
     def load_engine(self, path: Path) -> Engine: ...
 
+    def load_draft_engine(self, path: Path) -> Engine:
+        """A DFlash draft graph's engine: load_engine's, unless the backend runs a draft's
+        arithmetic differently (ort-cuda's CELLSPEC_CUDA_DRAFT_PROJECTIONS)."""
+        return self.load_engine(path)
+
     @abstractmethod
     def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
                    dtype: type) -> Pools:

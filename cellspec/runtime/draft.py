@@ -40,8 +40,8 @@ class DraftModel:
     def __init__(self, folder: Path, manifest: Manifest, backend: Backend) -> None:
         assert manifest.draft is not None
         self.method, self.backend = manifest.draft, backend
-        self.context = backend.load_engine(folder / self.method.context_graph)
-        self.block = backend.load_engine(folder / self.method.block_graph)
+        self.context = backend.load_draft_engine(folder / self.method.context_graph)
+        self.block = backend.load_draft_engine(folder / self.method.block_graph)
         check_draft_graphs(manifest, self.context.outputs, self.block)
         self.cache = CellCache(manifest.max_cells)
         self.pools = backend.make_kv_pools(manifest.max_cells, manifest.draft_cache,

@@ -39,7 +39,7 @@ from cellspec.runtime.backend import (
 from cellspec.runtime.bindings import shape_of, step_dims
 from cellspec.runtime.device import MAX_TREE_ROWS, Buffer
 from cellspec.runtime.device_engine import DeviceEngine, Staging
-from cellspec.runtime.device_sessions import load_session
+from cellspec.runtime.device_sessions import check_modes, load_session
 from cellspec.runtime.draws import DRAWN, Draws
 from cellspec.runtime.planner import ShapePolicy
 
@@ -82,10 +82,14 @@ class OrtDeviceBackend(Backend):
 
     def __init__(self, name: str, device, providers: list, limits: dict[str, int],
                  policy: ShapePolicy, sampler: Path | None = None,
-                 attention: str = "as-exported", projections: str = "cublas") -> None:
+                 attention: str = "as-exported", projections: str = "cublas",
+                 draft_projections: str | None = None) -> None:
         self.name, self.device, self.providers = name, device, providers
-        # how Attention nodes and projections are rewritten: see load_session
+        # how Attention nodes and projections are rewritten: see load_session (a draft's
+        # projections: load_draft_engine)
         self.attention, self.projections = attention, projections
+        self.draft_projections = projections if draft_projections is None else draft_projections
+        check_modes(attention, self.draft_projections)
         self.exact_trees = attention == "cell"  # CellAttention keys new tokens by position
         self.limits, self.policy, self.sampler_path = limits, policy, sampler
         self.sampler: DeviceEngine | None = None
@@ -125,12 +129,19 @@ class OrtDeviceBackend(Backend):
     def shape_policy(self, manifest: Manifest, folder: Path) -> ShapePolicy:
         return self.policy
 
-    def load_engine(self, path: Path) -> DeviceEngine:
-        session = load_session(path, self.providers, self.attention, self.projections)
+    def load_engine(self, path: Path, projections: str | None = None) -> DeviceEngine:
+        session = load_session(path, self.providers, self.attention,
+                               projections or self.projections)
         wide = None
         if any(i.name == ATTN_SEQLENS for i in session.get_inputs()):
             wide = load_session(path, self.providers, "decomposed")
         return DeviceEngine(path, session, self.device, self.limits, wide, self.in_order)
+
+    def load_draft_engine(self, path: Path) -> DeviceEngine:
+        """A draft graph's engine, its projections `draft_projections` (cuda_draft_projections)."""
+        if self.draft_projections == self.projections:
+            return self.load_engine(path)
+        return self.load_engine(path, self.draft_projections)
 
     def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,
                    dtype) -> DevicePools:
@@ -575,7 +586,8 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
     # (GroupQueryAttention) changed float16 tokens between a batch of 8 and each alone.
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
-                            sampler, attention, cuda_projections(attention))
+                            sampler, attention, cuda_projections(attention),
+                            cuda_draft_projections(attention))
 
 
 def cuda_attention() -> str:
@@ -591,6 +603,18 @@ def cuda_projections(attention: str) -> str:
     choice there (device_sessions.PROJECTION_MODES)."""
     default = "row" if attention == "cell" else "cublas"
     return os.environ.get("CELLSPEC_CUDA_PROJECTIONS", default)
+
+
+def cuda_draft_projections(attention: str) -> str:
+    """How `ort-cuda` runs a DFlash draft's float16/bfloat16 projections (its context and block
+    graphs): CELLSPEC_CUDA_DRAFT_PROJECTIONS, else the target's (cuda_projections). A draft's
+    rounding need not be the same alone and in a batch: each proposal is checked against the
+    target's own draw, so it changes how many tokens a cycle keeps, never which (the text equal
+    to plain decoding's on the H200, tests/gpu). "cublas": ONNX Runtime's MatMuls for the
+    draft, which on the H200 project 16 rows of Qwen3-8B's qkv and gate/up 1.4-1.8x faster
+    than RowMatMul, SmolLM2's slower (bench/NOTES.md, 2026-12-04, third sitting); a cycle with
+    it not yet timed, so opt-in."""
+    return os.environ.get("CELLSPEC_CUDA_DRAFT_PROJECTIONS", cuda_projections(attention))
 
 
 # use_tf32 off: ONNX Runtime's CUDA provider otherwise runs float32 MatMuls on TF32 tensor

@@ -202,6 +202,22 @@ def test_tree_speculation_equals_plain_with_cell_attention(
     assert spec.stats.proposed == 15 * spec.stats.cycles
 
 
+@pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("tree_nodes", [None, 15], ids=["chains", "trees"])
+def test_float16_speculation_equals_plain_with_the_draft_on_cublas(
+        sampling, tree_nodes, cell_library, monkeypatch, tmp_path_factory, smollm2_gguf):
+    """CELLSPEC_CUDA_DRAFT_PROJECTIONS=cublas: the draft's graphs on ONNX Runtime's MatMuls (a
+    row's rounding then depends on the rows beside it), the target's on RowMatMul. Proposals are
+    only ever checked against the target's own draws, so the text is still plain decoding's."""
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
+    monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
+    monkeypatch.setenv("CELLSPEC_CUDA_DRAFT_PROJECTIONS", "cublas")
+    spec = assert_speculation_equals_plain(
+        speculation_artifact(tmp_path_factory, smollm2_gguf, "float16"), sampling, tree_nodes)
+    backend = spec.target.backend
+    assert (backend.projections, backend.draft_projections) == ("row", "cublas")
+
+
 @pytest.mark.parametrize("nodes", [7, 15, 31])
 def test_trees_grown_on_the_device_are_grow_trees(nodes):
     """CudaDevice.grow_trees against HostDevice's (runtime/trees.py's grow_tree itself) on the

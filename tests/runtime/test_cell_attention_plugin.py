@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from cellspec.artifact import Manifest
-from cellspec.errors import CellspecError
+from cellspec.errors import CellspecError, InvalidArgument
 from cellspec.plugins import build
 from cellspec.plugins.build import PluginUnavailable, build_library
 from cellspec.rewrite import CELLSPEC_DOMAIN, cell_attention_for_cuda, projections_for_cuda
@@ -872,6 +872,26 @@ def test_cell_attention_brings_row_projections_unless_told_otherwise(monkeypatch
     assert (cuda_projections("cell"), cuda_projections("decomposed")) == ("row", "cublas")
     monkeypatch.setenv("CELLSPEC_CUDA_PROJECTIONS", "cublas")
     assert cuda_projections("cell") == "cublas"
+
+
+def test_a_drafts_projections_are_the_targets_unless_told_otherwise(monkeypatch):
+    from cellspec.runtime.ort_device import OrtDeviceBackend, cuda_draft_projections
+
+    for name in ("CELLSPEC_CUDA_PROJECTIONS", "CELLSPEC_CUDA_DRAFT_PROJECTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    assert (cuda_draft_projections("cell"), cuda_draft_projections("decomposed")) == \
+        ("row", "cublas")
+    monkeypatch.setenv("CELLSPEC_CUDA_PROJECTIONS", "cublas")
+    assert cuda_draft_projections("cell") == "cublas"
+    monkeypatch.setenv("CELLSPEC_CUDA_PROJECTIONS", "row")
+    monkeypatch.setenv("CELLSPEC_CUDA_DRAFT_PROJECTIONS", "cublas")
+    assert cuda_draft_projections("cell") == "cublas"
+    # refused, named, before the backend touches a device (None here)
+    for attention, draft, message in (("cell", "rows", "projections 'rows'"),
+                                      ("decomposed", "row", "needs attention 'cell'")):
+        with pytest.raises(InvalidArgument, match=message):
+            OrtDeviceBackend("ort-cuda", None, [], {}, None, attention=attention,
+                             projections="cublas", draft_projections=draft)
 
 
 def test_row_projections_come_only_with_cell_attention_and_when_asked(llama_half):
