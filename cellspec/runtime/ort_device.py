@@ -139,8 +139,6 @@ class OrtDeviceBackend(Backend):
 
     def load_draft_engine(self, path: Path) -> DeviceEngine:
         """A draft graph's engine, its projections `draft_projections` (cuda_draft_projections)."""
-        if self.draft_projections == self.projections:
-            return self.load_engine(path)
         return self.load_engine(path, self.draft_projections)
 
     def make_pools(self, max_cells: int, pairs: Sequence[tuple[str, str]], width: int,

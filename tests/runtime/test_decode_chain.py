@@ -88,8 +88,8 @@ def queued_backend(artifact, max_sessions):
     backend.device, backend.in_order = QueuedDevice(), True
     load = backend.load_engine
 
-    def load_engine(path):
-        engine = load(path)
+    def load_engine(path, *projections):  # (ort-cuda's load_draft_engine passes its own)
+        engine = load(path, *projections)
         run = engine._run
 
         def ordered(session, options):
