@@ -145,3 +145,31 @@ def test_kernel_rows_are_launches_and_microseconds_a_run_longest_first():
     events = [Event("gemm", 10.0), Event("attn", 30.0), Event("gemm", 14.0),
               Event("host_op", 99.0, torch.autograd.DeviceType.CPU)]
     assert kernel_rows(events, 2) == [("attn", 0.5, 15.0), ("gemm", 1.0, 12.0)]
+
+
+def test_a_cycles_floor_counts_each_graphs_weights_once_and_no_gathered_embedding(
+        dflash_artifact):
+    """read_bytes against the checkpoints themselves: a target step reads every target weight
+    but the embedding it gathers from; a cycle adds the draft's every weight, its k and v
+    projections (and k norms) again for the context's keys, and the target's head again."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from tools.gpu_bench import cycle_floor_over_step, read_bytes
+
+    root = dflash_artifact.parent
+    target = AutoModelForCausalLM.from_pretrained(root / "target", dtype=torch.float32)
+    params = dict(target.named_parameters())
+    assert "lm_head.weight" in params  # untied: the embedding is only gathered from
+    step = 4 * sum(p.numel() for name, p in params.items() if "embed_tokens" not in name)
+    assert read_bytes(dflash_artifact / "target.onnx") == step
+    draft = {name: t for file in sorted((root / "draft").glob("*.safetensors"))
+             for name, t in load_file(file).items()}
+    again = [t for name, t in draft.items() if name.endswith(
+        ("k_proj.weight", "v_proj.weight", "k_norm.weight"))]
+    cycle = step + 4 * (sum(t.numel() for t in [*draft.values(), *again])
+                        + params["lm_head.weight"].numel())
+    assert read_bytes(dflash_artifact / "draft_block.onnx") + read_bytes(
+        dflash_artifact / "draft_context.onnx") == cycle - step
+    assert cycle_floor_over_step(dflash_artifact) == pytest.approx(cycle / step)
