@@ -167,9 +167,13 @@ def target_bytes(folder: Path) -> int:
 
     total = (folder / "weights.bin").stat().st_size
     model = onnx.load(str(folder / "target.onnx"), load_external_data=False)
-    used = sum(int(dict((e.key, e.value) for e in t.external_data)["length"])
-               for t in model.graph.initializer if t.external_data)
+    used = sum(stored_length(t) for t in model.graph.initializer if t.external_data)
     return min(total, used)
+
+
+def stored_length(tensor) -> int:
+    """The bytes an initializer stored in weights.bin takes there (its external data's length)."""
+    return int(dict((e.key, e.value) for e in tensor.external_data)["length"])
 
 
 def read_bytes(graph: Path) -> int:
@@ -180,8 +184,8 @@ def read_bytes(graph: Path) -> int:
     model = onnx.load(str(graph), load_external_data=False)
     read = {name for node in model.graph.node for i, name in enumerate(node.input)
             if not (node.op_type == "Gather" and i == 0)}
-    return sum(int(dict((e.key, e.value) for e in t.external_data)["length"])
-               for t in model.graph.initializer if t.external_data and t.name in read)
+    return sum(stored_length(t) for t in model.graph.initializer
+               if t.external_data and t.name in read)
 
 
 def cycle_floor_over_step(folder: Path) -> float:

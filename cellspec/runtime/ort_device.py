@@ -610,8 +610,9 @@ def cuda_draft_projections(attention: str) -> str:
     target's own draw, so it changes how many tokens a cycle keeps, never which (the text equal
     to plain decoding's on the H200, tests/gpu). "cublas": ONNX Runtime's MatMuls for the
     draft, which on the H200 project 16 rows of Qwen3-8B's qkv and gate/up 1.4-1.8x faster
-    than RowMatMul, SmolLM2's slower (bench/NOTES.md, 2026-12-04, third sitting); a cycle with
-    it not yet timed, so opt-in."""
+    than RowMatMul, SmolLM2's slower (bench/NOTES.md, 2026-12-04, third sitting); opt-in, since
+    on a DFlash cycle over Qwen3-8B's shape it saved 0.06 ms of 9.5 (an H100, 2026-12-05,
+    nineteenth sitting: RowMatMul is faster on the draft's head)."""
     return os.environ.get("CELLSPEC_CUDA_DRAFT_PROJECTIONS", cuda_projections(attention))
 
 
