@@ -106,6 +106,41 @@ def prompt_phases(prompts: list[list[tuple[str, float, float]]]) -> dict:
     return {key: round(statistics.median(values), 4) for key, values in rows.items()}
 
 
+def bracketing(original, marks: list):
+    """DeviceEngine._run wrapped so that each run appends (graph file name, its tokens' width or
+    None, a CUDA event recorded before it, one after it) to `marks`, the events on the
+    device's stream."""
+
+    def bracketed(self, session, options):
+        device = self.device
+        start = device.cuda.Event()
+        start.record(device.stream)
+        original(self, session, options)
+        end = device.cuda.Event()
+        end.record(device.stream)
+        feeds = self.step_key[0] if self.step_key else ()
+        tokens = next((shape for name, shape, _ in feeds if name == "tokens"), None)
+        marks.append((self.path.name, None if tokens is None else int(tokens[-1]), start, end))
+
+    return bracketed
+
+
+def step_spans(spans: list[tuple[str, float, float]]) -> dict:
+    """Plain decode steps from (kind, start ms, end ms) target runs in stream order: medians of a
+    step (from one run's end to the next's), of its busy time and of the device's idle time
+    before it."""
+    steps, busy, idle = [], [], []
+    for (_, _, previous_end), (_, start_ms, end_ms) in zip(spans, spans[1:]):
+        steps.append(end_ms - previous_end)
+        busy.append(end_ms - start_ms)
+        idle.append(max(0.0, start_ms - previous_end))
+    if not steps:
+        return {"steps": 0}
+    return {"steps": len(steps), "step_ms": round(statistics.median(steps), 4),
+            "busy_ms": round(statistics.median(busy), 4),
+            "idle_before_ms": round(statistics.median(idle), 4)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draft", type=Path, required=True)
@@ -134,17 +169,7 @@ def main() -> None:
     prompts = held_out_prompts(args.prompts)
     marks: list[tuple[str, int | None, object, object]] = []
     original = device_engine.DeviceEngine._run
-
-    def bracketed(self, session, options):
-        device = self.device
-        start = device.cuda.Event()
-        start.record(device.stream)
-        original(self, session, options)
-        end = device.cuda.Event()
-        end.record(device.stream)
-        feeds = self.step_key[0] if self.step_key else ()
-        tokens = next((shape for name, shape, _ in feeds if name == "tokens"), None)
-        marks.append((self.path.name, None if tokens is None else int(tokens[-1]), start, end))
+    bracketed = bracketing(original, marks)
 
     results = []
     for order in orders + (["plain"] if args.plain else []):

@@ -435,6 +435,32 @@ def kernel_rows(events, runs: int, name_width: int = 90) -> list[tuple[str, floa
                   key=lambda r: -r[2])
 
 
+def kernel_tails(events, runs: int, name_width: int = 90) -> tuple[list, float]:
+    """Each kernel's share of the device's timeline in a torch profile of `runs` runs: kernels
+    in start order, each counted from where the device was busy until (the latest end before
+    it) to its own end, so that a kernel launched early (programmatic dependent launch) counts
+    only what it adds after its predecessor, and gaps count for no kernel. Returns (kernel
+    name, launches a run, microseconds a run) longest first, and the device's idle
+    microseconds a run between the first kernel's start and the last one's end."""
+    import torch
+
+    spans = sorted((e.time_range.start, e.time_range.end, e.name[:name_width]) for e in events
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    tails: dict[str, list] = {}
+    busy_until, idle = None, 0.0
+    for start, end, name in spans:
+        if busy_until is None:
+            busy_until = start
+        idle += max(0.0, start - busy_until)
+        entry = tails.setdefault(name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += max(0.0, end - max(start, busy_until))
+        busy_until = max(busy_until, end)
+    rows = sorted(((name, n / runs, us / runs) for name, (n, us) in tails.items()),
+                  key=lambda r: -r[2])
+    return rows, idle / runs
+
+
 def width_step(executor, sids: list[int], tokens: list[int], width: int, base: int) -> list[int]:
     """One step of every session: a decode step (width 1), or `width` copies of its token fed
     at position `base` (the executor rewinds to it), as a verify of that width would be."""
@@ -652,6 +678,12 @@ def cmd_dflash(args) -> None:
         steps[batch] = time_decode(plain, batch, args.context, args.steps)
         print(f"[dflash {args.shape}] plain step at batch {batch}: "
               f"{steps[batch]['step_ms']:.3f} ms", flush=True)
+    if args.timeline:
+        from tools.cycle_timeline import step_spans
+
+        steps[1]["timeline"] = step_spans(device_spans(plain, args, verify_width=-1))
+        print(f"[dflash {args.shape}] plain steps on the device: {steps[1]['timeline']}",
+              flush=True)
     del plain
     gc.collect()
     start = time.perf_counter()
@@ -678,7 +710,38 @@ def cmd_dflash(args) -> None:
             profile_cycles(spec, batch, args, args.out / f"dflash_{args.shape}_b{batch}.prof.txt")
         if args.kernels and batch == 1:
             rows[-1]["kernels"] = cycle_kernels(spec, args)
+        if args.timeline and batch == 1:
+            from tools.cycle_timeline import summarize
+
+            rows[-1]["plain_timeline"] = steps[1].get("timeline")
+            rows[-1]["timeline"] = summarize(device_spans(spec, args, verify_width=16))
+            print(f"[dflash {args.shape}] cycles on the device: {rows[-1]['timeline']}",
+                  flush=True)
     write(args.out / "dflash.json", rows)
+
+
+def device_spans(executor, args, verify_width: int) -> list[tuple[str, float, float]]:
+    """(kind, start ms, end ms) of every engine run of `args.steps` timed batch-1 steps or
+    cycles, from CUDA events recorded on the device's stream around each run
+    (tools/cycle_timeline.py): what the device did, and how long it sat idle between runs."""
+    from cellspec.runtime import device_engine
+    from tools.cycle_timeline import bracketing, kind_of
+
+    marks: list = []
+    original = device_engine.DeviceEngine._run
+
+    class Bracketed:
+        def __enter__(self):
+            device_engine.DeviceEngine._run = bracketing(original, marks)
+
+        def __exit__(self, *exc):
+            device_engine.DeviceEngine._run = original
+
+    time_decode(executor, 1, args.context, args.steps, warmup=1, around=Bracketed())
+    executor.backend.device.synchronize()
+    base = marks[0][2]
+    return [(kind_of(name, width, verify_width), start.time_since(base), end.time_since(base))
+            for name, width, start, end in marks]
 
 
 def cycle_kernels(executor, args) -> list[dict]:
@@ -697,7 +760,14 @@ def cycle_kernels(executor, args) -> list[dict]:
           flush=True)
     for name, count, us in rows[:24]:
         print(f"  {us:8.1f} us {count:6.1f}x  {name}", flush=True)
-    return [{"kernel": n, "per_cycle": c, "us": round(us, 2)} for n, c, us in rows[:40]]
+    tails, idle = kernel_tails(prof.events(), args.steps)
+    print(f"[dflash {args.shape}] a cycle's timeline: kernels {sum(r[2] for r in tails) / 1e3:.3f}"
+          f" ms past their predecessors, idle {idle / 1e3:.3f} ms", flush=True)
+    for name, count, us in tails[:24]:
+        print(f"  {us:8.1f} us {count:6.1f}x  {name}", flush=True)
+    return {"summed": [{"kernel": n, "per_cycle": c, "us": round(us, 2)} for n, c, us in rows[:40]],
+            "tails": [{"kernel": n, "per_cycle": c, "us": round(us, 2)} for n, c, us in tails[:40]],
+            "idle_us": round(idle, 2)}
 
 
 def cycle_orders(args) -> list[str]:
@@ -1085,6 +1155,10 @@ def main() -> None:
     commands.choices["dflash"].add_argument(
         "--kernels", action="store_true", help="also the CUDA kernels of batch-1 cycles (torch's "
         "profiler): the draft block's and the verify's, per kernel")
+    commands.choices["dflash"].add_argument(
+        "--timeline", action="store_true", help="also the device's own timeline of batch-1 "
+        "steps and cycles (CUDA events around each engine run): each run's busy time and the "
+        "device's idle time before it")
     for name in ("steps", "dflash"):
         commands.choices[name].add_argument("--profile", action="store_true",
                                             help="also write a cProfile of the calls per batch")

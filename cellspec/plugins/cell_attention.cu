@@ -1386,14 +1386,44 @@ __global__ void sorted_rows_kernel(const float* __restrict__ x, const int32_t* _
 // TopLogSoftmax: a block a row. Each thread keeps the best kMaxTop of its columns (value
 // descending, index ascending: its columns come in ascending order, so an equal value never
 // displaces one it holds); then k rounds pick the block's best head of list, whose thread drops
-// it. The sum of exp(x - max) is reduced in a fixed order (lanes, then warps), so a row's values
-// do not depend on the rows beside it.
-constexpr int kTopThreads = 256;
+// it. The sum of exp(x - max) is reduced in a fixed order (a thread's columns, lanes, then
+// warps), so a row's values do not depend on the rows beside it. Rows whose length is a multiple
+// of 4 are read 16 bytes a load (a thread's 4 columns in a row, then the next vector): a
+// draft block's 16 rows of 151,936 took 155 us a block of 256 threads a scalar at a time, on
+// 16 multiprocessors (bench/NOTES.md, 2026-12-05, twentieth sitting); a column that cannot
+// enter the thread's list costs one comparison with its last entry.
+constexpr int kTopThreads = 1024;
 constexpr int kMaxTop = 8;
 
 __device__ __forceinline__ bool top_before(float a, int a_index, float b, int b_index) {
   return a > b || (a == b && a_index < b_index);  // NaN is never before anything
 }
+
+// a thread's list: its best kMaxTop columns, best first (whatever k is: they hold its best k,
+// and the list's last entry sits at a fixed register)
+struct TopList {
+  float held[kMaxTop];
+  int held_index[kMaxTop];
+
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int j = 0; j < kMaxTop; ++j) held[j] = -INFINITY, held_index[j] = INT_MAX;
+  }
+
+  __device__ __forceinline__ void offer(float v, int index) {
+    // most columns, once the list fills
+    if (!top_before(v, index, held[kMaxTop - 1], held_index[kMaxTop - 1])) return;
+#pragma unroll
+    for (int j = 0; j < kMaxTop; ++j) {  // insertion: the displaced entry moves down
+      if (top_before(v, index, held[j], held_index[j])) {
+        const float tv = held[j];
+        const int ti = held_index[j];
+        held[j] = v, held_index[j] = index;
+        v = tv, index = ti;
+      }
+    }
+  }
+};
 
 __global__ void __launch_bounds__(kTopThreads) top_log_softmax_kernel(
     const float* __restrict__ x, int n, int k, float* __restrict__ values,
@@ -1405,26 +1435,22 @@ __global__ void __launch_bounds__(kTopThreads) top_log_softmax_kernel(
   __shared__ int chosen_index[kMaxTop];
   const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float held[kMaxTop];
-  int held_index[kMaxTop];
-#pragma unroll
-  for (int j = 0; j < kMaxTop; ++j) held[j] = -INFINITY, held_index[j] = INT_MAX;
-  for (int i = threadIdx.x; i < n; i += kTopThreads) {
-    float v = row[i];
-    int index = i;
-#pragma unroll
-    for (int j = 0; j < kMaxTop; ++j) {  // insertion: the displaced entry moves down
-      if (j < k && top_before(v, index, held[j], held_index[j])) {
-        const float tv = held[j];
-        const int ti = held_index[j];
-        held[j] = v, held_index[j] = index;
-        v = tv, index = ti;
-      }
-    }
+  // 16-byte loads where every row starts on 16 bytes (n % 4 == 0 and x from the allocator)
+  const bool vectors = n % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const int vector_end = vectors ? n : 0;  // columns [0, vector_end) as float4's
+  TopList list;
+  list.clear();
+  for (int i = 4 * threadIdx.x; i < vector_end; i += 4 * kTopThreads) {
+    const float4 v = *reinterpret_cast<const float4*>(row + i);
+    list.offer(v.x, i);
+    list.offer(v.y, i + 1);
+    list.offer(v.z, i + 2);
+    list.offer(v.w, i + 3);
   }
+  for (int i = vector_end + threadIdx.x; i < n; i += kTopThreads) list.offer(row[i], i);
   for (int r = 0; r < k; ++r) {
-    float v = held[0];
-    int index = held_index[0];
+    float v = list.held[0];
+    int index = list.held_index[0];
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
       const float ov = __shfl_down_sync(0xffffffffu, v, offset);
@@ -1439,17 +1465,25 @@ __global__ void __launch_bounds__(kTopThreads) top_log_softmax_kernel(
       chosen_value[r] = v, chosen_index[r] = index;
     }
     __syncthreads();
-    if (held_index[0] == chosen_index[r] && chosen_index[r] != INT_MAX) {  // its owner drops it
+    if (list.held_index[0] == chosen_index[r] && chosen_index[r] != INT_MAX) {  // its owner drops it
 #pragma unroll
-      for (int j = 0; j + 1 < kMaxTop; ++j) held[j] = held[j + 1], held_index[j] = held_index[j + 1];
-      held[kMaxTop - 1] = -INFINITY, held_index[kMaxTop - 1] = INT_MAX;
+      for (int j = 0; j + 1 < kMaxTop; ++j)
+        list.held[j] = list.held[j + 1], list.held_index[j] = list.held_index[j + 1];
+      list.held[kMaxTop - 1] = -INFINITY, list.held_index[kMaxTop - 1] = INT_MAX;
     }
   }
   // the row's max is its first choice (in a row with fewer than k numbers, the missing choices
   // are -inf at index -1; without a number, the values are NaN, as LogSoftmax's)
   const float max = chosen_value[0];
   float sum = 0.f;
-  for (int i = threadIdx.x; i < n; i += kTopThreads) sum += expf(row[i] - max);
+  for (int i = 4 * threadIdx.x; i < vector_end; i += 4 * kTopThreads) {
+    const float4 v = *reinterpret_cast<const float4*>(row + i);
+    sum += expf(v.x - max);
+    sum += expf(v.y - max);
+    sum += expf(v.z - max);
+    sum += expf(v.w - max);
+  }
+  for (int i = vector_end + threadIdx.x; i < n; i += kTopThreads) sum += expf(row[i] - max);
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, offset);
   if (lane == 0) total[warp] = sum;

@@ -367,7 +367,7 @@ def test_sort_descending_is_topks_order(cell_library):
 
 
 @pytest.mark.parametrize("rows,n,k", [(16, 16384, 4), (1, 49152, 8), (5, 1000, 1), (3, 7, 7),
-                                      (64, 300, 4)])
+                                      (64, 300, 4), (16, 151936, 4), (3, 49154, 8)])
 def test_top_log_softmax_is_topk_of_the_rows_log_softmax(cell_library, rows, n, k):
     """TopLogSoftmax picks each row's k largest in TopK's order (value descending, equal values,
     -0 and +0 among them, by lower index; -inf still chosen where fewer larger values remain)

@@ -43,6 +43,20 @@ def test_cycle_timeline_splits_rounds_into_busy_and_idle_time():
         ["block", "drain", "verify", "target", "target"]
 
 
+def test_cycle_timeline_splits_plain_steps_into_busy_and_idle_time():
+    """tools/cycle_timeline.py's summary of plain decode steps (gpu_bench.py dflash --timeline's
+    yardstick): a step from one run's end to the next's, its busy time and the device's idle
+    time before it (0 where the run was queued before the last one ended)."""
+    from tools.cycle_timeline import step_spans
+
+    spans = [("target", 0.0, 1.0), ("target", 1.2, 2.0), ("target", 2.5, 3.4),
+             ("target", 3.3, 4.0)]
+    assert step_spans(spans) == {"steps": 3, "step_ms": pytest.approx(1.0),
+                                 "busy_ms": pytest.approx(0.8),
+                                 "idle_before_ms": pytest.approx(0.2)}
+    assert step_spans(spans[:1]) == {"steps": 0}
+
+
 def test_cycle_timeline_splits_each_request_into_start_rounds_and_end():
     """tools/cycle_timeline.py's per-prompt breakdown: a request's runs between its call and
     return marks; the time before its first run, the prefill, the start up to the first verify
@@ -145,6 +159,26 @@ def test_kernel_rows_are_launches_and_microseconds_a_run_longest_first():
     events = [Event("gemm", 10.0), Event("attn", 30.0), Event("gemm", 14.0),
               Event("host_op", 99.0, torch.autograd.DeviceType.CPU)]
     assert kernel_rows(events, 2) == [("attn", 0.5, 15.0), ("gemm", 1.0, 12.0)]
+
+
+def test_kernel_tails_count_what_each_kernel_adds_to_the_timeline():
+    """A kernel launched before its predecessor ends (programmatic dependent launch) counts only
+    from that end; a kernel inside another's span adds nothing; gaps are idle time."""
+    import torch
+
+    from tools.gpu_bench import kernel_tails
+
+    class Event:
+        def __init__(self, name, start, end, device=torch.autograd.DeviceType.CUDA):
+            self.name, self.device_type = name, device
+            self.time_range = type("Interval", (), {"start": start, "end": end})()
+
+    events = [Event("gemm", 0.0, 10.0), Event("combine", 4.0, 14.0),  # waited 6 us of its 10
+              Event("tiny", 5.0, 6.0), Event("gemm", 20.0, 30.0),  # 6 us idle before
+              Event("host_op", 0.0, 99.0, torch.autograd.DeviceType.CPU)]
+    rows, idle = kernel_tails(events, 2)
+    assert rows == [("gemm", 1.0, 10.0), ("combine", 0.5, 2.0), ("tiny", 0.5, 0.0)]
+    assert idle == 3.0
 
 
 def test_a_cycles_floor_counts_each_graphs_weights_once_and_no_gathered_embedding(
