@@ -673,12 +673,14 @@ def cmd_dflash(args) -> None:
     plain = Executor.load(folder, backend=load_backend(folder, 8), max_sessions=8)
     print(f"[dflash {args.shape}] plain executor loaded in {time.perf_counter() - start:.1f} s",
           flush=True)
+    batches = dflash_batches(args)
+    trees = dflash_trees(args)
     steps = {}
-    for batch in (1, 8):  # each printed as it comes, so that a call cut short still tells them
+    for batch in batches:  # each printed as it comes, so that a call cut short still tells them
         steps[batch] = time_decode(plain, batch, args.context, args.steps)
         print(f"[dflash {args.shape}] plain step at batch {batch}: "
               f"{steps[batch]['step_ms']:.3f} ms", flush=True)
-    if args.timeline:
+    if args.timeline and 1 in batches:
         from tools.cycle_timeline import step_spans
 
         steps[1]["timeline"] = step_spans(device_spans(plain, args, verify_width=-1))
@@ -686,38 +688,66 @@ def cmd_dflash(args) -> None:
               flush=True)
     del plain
     gc.collect()
-    start = time.perf_counter()
-    spec = DFlashExecutor.load(folder, backend=load_backend(folder, 8), max_sessions=8,
-                               n_draft=15)
-    print(f"[dflash {args.shape}] DFlash executor loaded in {time.perf_counter() - start:.1f} s",
-          flush=True)
     rows, floor_ratio = [], cycle_floor_over_step(folder)
-    for batch, drain in [(b, d) for b in (1, 8) for d in drain_modes(args)]:
-        spec.drain_behind_verify = drain == "behind"
-        _clear_stats(spec)
-        cycle = time_decode(spec, batch, args.context, args.steps)
-        methods = {name: 1e3 * s.seconds / max(s.calls, 1) for name, s in
-                   {**spec.draft.stats, **spec.target.stats}.items()}
-        rows.append({"shape": args.shape, "batch": batch, "drain": drain,
-                     "plain_step_ms": steps[batch]["step_ms"],
-                     "cycle_ms": cycle["step_ms"], "cycle_over_step":
-                     cycle["step_ms"] / steps[batch]["step_ms"],
-                     "floor_cycle_over_step": floor_ratio, "tau": spec.stats.tau,
-                     "host_outside_engine_ms": cycle["host_outside_engine_ms"],
-                     "ms_per_call": methods})
-        print(json.dumps(rows[-1]), flush=True)
-        if args.profile:
-            profile_cycles(spec, batch, args, args.out / f"dflash_{args.shape}_b{batch}.prof.txt")
-        if args.kernels and batch == 1:
-            rows[-1]["kernels"] = cycle_kernels(spec, args)
-        if args.timeline and batch == 1:
-            from tools.cycle_timeline import summarize
+    for nodes in trees:
+        start = time.perf_counter()
+        spec = DFlashExecutor.load(folder, backend=load_backend(folder, 8), max_sessions=8,
+                                   n_draft=15, tree_nodes=nodes or None)
+        print(f"[dflash {args.shape}] DFlash executor (tree_nodes {nodes}) loaded in "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+        for batch, drain in [(b, d) for b in batches for d in drain_modes(args)]:
+            spec.drain_behind_verify = drain == "behind"
+            _clear_stats(spec)
+            cycle = time_decode(spec, batch, args.context, args.steps)
+            methods = {name: 1e3 * s.seconds / max(s.calls, 1) for name, s in
+                       {**spec.draft.stats, **spec.target.stats}.items()}
+            rows.append({"shape": args.shape, "batch": batch, "drain": drain,
+                         "tree_nodes": nodes, "plain_step_ms": steps[batch]["step_ms"],
+                         "cycle_ms": cycle["step_ms"], "cycle_over_step":
+                         cycle["step_ms"] / steps[batch]["step_ms"],
+                         "floor_cycle_over_step": floor_ratio, "tau": spec.stats.tau,
+                         "host_outside_engine_ms": cycle["host_outside_engine_ms"],
+                         "ms_per_call": methods})
+            print(json.dumps(rows[-1]), flush=True)
+            if args.profile:
+                profile_cycles(spec, batch, args,
+                               args.out / f"dflash_{args.shape}_b{batch}_t{nodes}.prof.txt")
+            if args.kernels and batch == 1:
+                rows[-1]["kernels"] = cycle_kernels(spec, args)
+            if args.timeline and batch == 1:
+                from tools.cycle_timeline import summarize
 
-            rows[-1]["plain_timeline"] = steps[1].get("timeline")
-            rows[-1]["timeline"] = summarize(device_spans(spec, args, verify_width=16))
-            print(f"[dflash {args.shape}] cycles on the device: {rows[-1]['timeline']}",
-                  flush=True)
+                rows[-1]["plain_timeline"] = steps[1].get("timeline")
+                rows[-1]["timeline"] = summarize(
+                    device_spans(spec, args, verify_width=(nodes or 15) + 1))
+                print(f"[dflash {args.shape}] cycles on the device: {rows[-1]['timeline']}",
+                      flush=True)
+        del spec
+        gc.collect()
     write(args.out / "dflash.json", rows)
+
+
+def dflash_batches(args) -> list[int]:
+    """dflash's --batches as a list of batch sizes (1 or more sessions each)."""
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        batches = []
+    if not batches or min(batches) < 1 or max(batches) > 8:
+        raise SystemExit(f"--batches {args.batches!r}: expected sizes 1..8, e.g. 1,8")
+    return batches
+
+
+def dflash_trees(args) -> list[int]:
+    """dflash's --tree-nodes as a list: 0 = chains of 15 proposals, T = trees of T (2..15)."""
+    try:
+        trees = [int(t) for t in args.tree_nodes.split(",")]
+    except ValueError:
+        trees = []
+    if not trees or any(t != 0 and not 2 <= t <= 15 for t in trees):
+        raise SystemExit(f"--tree-nodes {args.tree_nodes!r}: expected 0 (chains) or 2..15, "
+                         "e.g. 0,15")
+    return trees
 
 
 def device_spans(executor, args, verify_width: int) -> list[tuple[str, float, float]]:
@@ -727,6 +757,8 @@ def device_spans(executor, args, verify_width: int) -> list[tuple[str, float, fl
     from cellspec.runtime import device_engine
     from tools.cycle_timeline import bracketing, kind_of
 
+    if not hasattr(executor.backend.device, "cuda"):
+        raise SystemExit("--timeline: CUDA events need the ort-cuda backend")
     marks: list = []
     original = device_engine.DeviceEngine._run
 
@@ -1155,6 +1187,12 @@ def main() -> None:
     commands.choices["dflash"].add_argument(
         "--kernels", action="store_true", help="also the CUDA kernels of batch-1 cycles (torch's "
         "profiler): the draft block's and the verify's, per kernel")
+    commands.choices["dflash"].add_argument(
+        "--batches", default="1,8", help="sessions a step, each in turn (at most 8)")
+    commands.choices["dflash"].add_argument(
+        "--tree-nodes", default="0", help="cycle shapes, each in turn with its own executor: 0 = "
+        "chains of 15 proposals (the DFlashExecutor's default), T = trees of T proposals (the "
+        "LLM's default on ort-cuda with CellAttention: 15), e.g. 0,15")
     commands.choices["dflash"].add_argument(
         "--timeline", action="store_true", help="also the device's own timeline of batch-1 "
         "steps and cycles (CUDA events around each engine run): each run's busy time and the "

@@ -1,0 +1,18 @@
+# twentieth sitting, call 3 (a fresh machine): staged, the plugin built, then shape B (8 Qwen3-8B
+# layers, vocab 32,000, random float16, with a random 5-layer draft of block 16) exported and its
+# DFlash cycle timed at batch 1 as chains of 15 proposals (the DFlashExecutor's default, which
+# calls 1-2 measured on C) and as trees of 15 (the LLM's default on ort-cuda with CellAttention:
+# the next verify queued at the verdict, its tree grown on the device), each with the device's
+# timeline and the kernels' tails
+source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-include TQDM_DISABLE=1 PYTHONUNBUFFERED=1; mkdir -p $OUT
+s=$(date +%s); python3 -m cellspec.plugins.build > $OUT/build.log 2>&1 || { tail $OUT/build.log; exit 4; }; echo "build $(( $(date +%s) - s )) s"
+export CELLSPEC_CUDA_ATTENTION=cell CELLSPEC_CUDA_MMA_ATTENTION=1
+L=$OUT/b-dflash.log; s=$(date +%s)
+timeout 480 python3 tools/gpu_bench.py dflash --shape B --with-draft --context 1024 --batches 1 --tree-nodes 0,15 --kernels --timeline --out $OUT/b-dflash --work /tmp/bw > $L 2>&1
+echo "rc=$? $(( $(date +%s) - s )) s" >> $L
+grep -v "plugin EP" $L | python3 -c "
+import sys, json
+for l in sys.stdin:
+    if l.startswith('{'):
+        r = json.loads(l); print(r['batch'], 'trees', r['tree_nodes'], 'cycle', round(r['cycle_ms'], 3), 'step', round(r['plain_step_ms'], 3), 'x', round(r['cycle_over_step'], 3), 'host', round(r['host_outside_engine_ms'], 3), {k: round(v, 3) for k, v in r['ms_per_call'].items()})
+    elif not l.startswith('    '): print(l.rstrip()[:400])"
