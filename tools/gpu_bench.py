@@ -689,11 +689,12 @@ def cmd_dflash(args) -> None:
     del plain
     gc.collect()
     rows, floor_ratio = [], cycle_floor_over_step(folder)
-    for nodes in trees:
+    for nodes, choices in trees:
         start = time.perf_counter()
         spec = DFlashExecutor.load(folder, backend=load_backend(folder, 8), max_sessions=8,
-                                   n_draft=15, tree_nodes=nodes or None)
-        print(f"[dflash {args.shape}] DFlash executor (tree_nodes {nodes}) loaded in "
+                                   n_draft=15, tree_nodes=nodes or None, tree_choices=choices)
+        print(f"[dflash {args.shape}] DFlash executor (tree_nodes {nodes}, choices "
+              f"{choices or 'all'}) loaded in "
               f"{time.perf_counter() - start:.1f} s", flush=True)
         for batch, drain in [(b, d) for b in batches for d in drain_modes(args)]:
             spec.drain_behind_verify = drain == "behind"
@@ -702,7 +703,8 @@ def cmd_dflash(args) -> None:
             methods = {name: 1e3 * s.seconds / max(s.calls, 1) for name, s in
                        {**spec.draft.stats, **spec.target.stats}.items()}
             rows.append({"shape": args.shape, "batch": batch, "drain": drain,
-                         "tree_nodes": nodes, "plain_step_ms": steps[batch]["step_ms"],
+                         "tree_nodes": nodes, "tree_choices": choices,
+                         "plain_step_ms": steps[batch]["step_ms"],
                          "cycle_ms": cycle["step_ms"], "cycle_over_step":
                          cycle["step_ms"] / steps[batch]["step_ms"],
                          "floor_cycle_over_step": floor_ratio, "tau": spec.stats.tau,
@@ -711,7 +713,8 @@ def cmd_dflash(args) -> None:
             print(json.dumps(rows[-1]), flush=True)
             if args.profile:
                 profile_cycles(spec, batch, args,
-                               args.out / f"dflash_{args.shape}_b{batch}_t{nodes}.prof.txt")
+                               args.out / f"dflash_{args.shape}_b{batch}_t{nodes}_"
+                               f"{choices or 'all'}.prof.txt")
             if args.kernels and batch == 1:
                 rows[-1]["kernels"] = cycle_kernels(spec, args)
             if args.timeline and batch == 1:
@@ -738,15 +741,22 @@ def dflash_batches(args) -> list[int]:
     return batches
 
 
-def dflash_trees(args) -> list[int]:
-    """dflash's --tree-nodes as a list: 0 = chains of 15 proposals, T = trees of T (2..15)."""
-    try:
-        trees = [int(t) for t in args.tree_nodes.split(",")]
-    except ValueError:
-        trees = []
-    if not trees or any(t != 0 and not 2 <= t <= 15 for t in trees):
-        raise SystemExit(f"--tree-nodes {args.tree_nodes!r}: expected 0 (chains) or 2..15, "
-                         "e.g. 0,15")
+def dflash_trees(args) -> list[tuple[int, int | None]]:
+    """dflash's --tree-nodes as a list of (nodes, choices): 0 = chains of 15 proposals, T =
+    trees of T (2..15) from every choice of a block row, T:C from its first C (1..4; 15:1 =
+    the chain of first choices grown and queued as a tree)."""
+    trees = []
+    for item in args.tree_nodes.split(","):
+        nodes, _, choices = item.partition(":")
+        try:
+            pair = (int(nodes), int(choices) if choices else None)
+        except ValueError:
+            pair = (-1, None)
+        if not (pair[0] == 0 and pair[1] is None or 2 <= pair[0] <= 15
+                and (pair[1] is None or 1 <= pair[1] <= 4)):
+            raise SystemExit(f"--tree-nodes {args.tree_nodes!r}: expected 0 (chains), 2..15 "
+                             "or T:C (C choices a row, 1..4), e.g. 0,15,15:1")
+        trees.append(pair)
     return trees
 
 
@@ -1192,7 +1202,8 @@ def main() -> None:
     commands.choices["dflash"].add_argument(
         "--tree-nodes", default="0", help="cycle shapes, each in turn with its own executor: 0 = "
         "chains of 15 proposals (the DFlashExecutor's default), T = trees of T proposals (the "
-        "LLM's default on ort-cuda with CellAttention: 15), e.g. 0,15")
+        "LLM's default on ort-cuda with CellAttention: 15), T:C = trees of each row's first C "
+        "choices (15:1: the chain of first choices queued as a tree), e.g. 0,15,15:1")
     commands.choices["dflash"].add_argument(
         "--timeline", action="store_true", help="also the device's own timeline of batch-1 "
         "steps and cycles (CUDA events around each engine run): each run's busy time and the "

@@ -123,6 +123,7 @@ class TreeGrowth:
     # after each owner's anchor, from which the device gives each tree row its own (its depth
     # past the anchor, or past the anchor a walk moved on to: tree_uniforms)
     uniforms: np.ndarray | None = None
+    choices: int | None = None  # of each row's TOP_K choices, the first this many (None: all)
     # set by launch: the call that waits for the trees and gives [owners, 3, nodes + 1]:
     # each row's token, parent (-1 for the anchor) and depth
     fetch: Callable[[], np.ndarray] | None = None

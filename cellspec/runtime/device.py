@@ -50,7 +50,8 @@ extern "C" __global__ void gather_rows(char* dst, const char* pool, const long l
 }
 
 // Each owner's tree (one block, one thread each) as runtime/trees.py's grow_tree grows it from
-// the draft block's choices (ids int64, logp float32, [owners, depth_limit, branches]): the
+// the draft block's choices (ids int64, logp float32, [owners, depth_limit, branches]), the first
+// `choices` of each row (all `branches`, or 1: a chain of first choices): the
 // `nodes` most probable nodes, best first, ties to the node found first; scores summed in
 // double, in grow_tree's order. Written into a verify's staged inputs (row o of each, a row of
 // `width` slots): tokens[1..nodes] (slot 0, the anchor, staged), positions[i] = positions[0] +
@@ -58,7 +59,7 @@ extern "C" __global__ void gather_rows(char* dst, const char* pool, const long l
 // and record [owners, 3, nodes + 1]: every row's token, parent (-1 for the anchor) and depth.
 #define MAX_TREE_ROWS 64
 extern "C" __global__ void grow_trees(const long long* ids, const float* logp, int depth_limit,
-                                      int branches, int nodes, long long* tokens,
+                                      int branches, int choices, int nodes, long long* tokens,
                                       long long* positions, unsigned char* mask, int width,
                                       int keys, int cells, long long* record) {
     if (threadIdx.x != 0) return;
@@ -90,7 +91,7 @@ extern "C" __global__ void grow_trees(const long long* ids, const float* logp, i
         const int row = rows++;
         token[row] = my_ids[(d - 1) * branches + ch];
         parent[row] = p; depth[row] = d; score[row] = s;
-        if (ch + 1 < branches) {
+        if (ch + 1 < choices) {
             c_score[live] = score[p] + (double)my_logp[(d - 1) * branches + ch + 1];
             c_order[live] = order++; c_depth[live] = d; c_choice[live] = ch + 1;
             c_parent[live] = p; ++live;
@@ -179,7 +180,7 @@ extern "C" __global__ void tree_uniforms(float* params, const long long* record,
 _KERNEL_ARGS = {
     "commit_rows": "PPPi",
     "gather_rows": "PPPi",
-    "grow_trees": "PPiiiPPPiiiP",
+    "grow_trees": "PPiiiiPPPiiiP",
     "walk_trees": "PiPiPPPPiiP",
     "tree_uniforms": "PPPiPiii",
 }
@@ -265,7 +266,7 @@ class HostDevice:
 
     def grow_trees(self, ids: int, logp: int, owners: int, depth_limit: int, branches: int,
                    nodes: int, tokens: int, positions: int, mask: int, width: int, keys: int,
-                   cells: int, record: int) -> None:
+                   cells: int, record: int, choices: int | None = None) -> None:
         """CudaDevice.grow_trees by runtime/trees.py itself, over the same memory."""
         from cellspec.runtime.trees import ancestor_mask, grow_tree
 
@@ -276,7 +277,8 @@ class HostDevice:
         rows = nodes + 1
         out = self._bytes(record, 24 * owners * rows).view(np.int64).reshape(owners, 3, rows)
         for o in range(owners):
-            tree = grow_tree(all_ids[o], all_logp[o], nodes)
+            used = branches if choices is None else choices
+            tree = grow_tree(all_ids[o][:, :used], all_logp[o][:, :used], nodes)
             assert tree.rows == rows, "a tree of fewer nodes than asked"
             row_tokens = self._bytes(tokens + 8 * o * width, 8 * rows).view(np.int64)
             row_tokens[1:] = tree.tokens
@@ -413,12 +415,15 @@ class CudaDevice:
 
     def grow_trees(self, ids: int, logp: int, owners: int, depth_limit: int, branches: int,
                    nodes: int, tokens: int, positions: int, mask: int, width: int, keys: int,
-                   cells: int, record: int) -> None:
-        """Each owner's tree from a draft block's choices at `ids` / `logp` into a verify's
-        staged inputs and `record`, on the stream (the kernel's comment says how)."""
+                   cells: int, record: int, choices: int | None = None) -> None:
+        """Each owner's tree from a draft block's choices at `ids` / `logp` ([owners,
+        depth_limit, branches], the first `choices` of each row: all where None) into a
+        verify's staged inputs and `record`, on the stream (the kernel's comment says how)."""
         assert nodes < MAX_TREE_ROWS, nodes
+        used = branches if choices is None else choices
+        assert 1 <= used <= branches, (used, branches)
         self._launch("grow_trees", (owners, 1), (32, 1, 1), ids, logp, depth_limit, branches,
-                     nodes, tokens, positions, mask, width, keys, cells, record)
+                     used, nodes, tokens, positions, mask, width, keys, cells, record)
 
     def walk_trees(self, drawn: int, stride: int, record: int, owners: int, rows: int,
                    tokens: int, positions: int, cell_table: int, mask: int, width: int,

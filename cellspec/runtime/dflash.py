@@ -32,7 +32,10 @@ cycle queues the next cycle's draft block (`queue_ahead`) and, where the backend
 the next cycle's verify too (`verify_ahead`), uncommitted: the next cycle finishes it where
 nothing changed in between, else drops it (it changed nothing the caches hold). A plain step (a
 prompt's prefill) whose sessions would all speculate at the next call queues their first cycle
-the same way (`queue_first_cycle`).
+the same way (`queue_first_cycle`). `tree_choices` c (1..TOP_K, all where None): a tree takes
+the first c choices of each row; c = 1 grows the chain of first choices as a tree, so that a
+chain's cycle is queued on the device as a tree's is (no host round trip between the block and
+the verify), without the siblings at one position that slow CellAttention's verify.
 
 `lookup_tokens` m > 0 (chains only): after the draft's proposals (cut by the threshold), each
 owner's chain goes on with up to m tokens looked up in its own text (runtime/lookup.py): those
@@ -182,7 +185,7 @@ class DFlashExecutor(Executor):
                  draft_threshold: float | None = None,
                  max_verify_rows: int | None = None, speculate_sampled: bool | int = True,
                  tree_nodes: int | None = None, lookup_tokens: int = 0,
-                 lookup_match: int = LOOKUP_MATCH) -> None:
+                 lookup_match: int = LOOKUP_MATCH, tree_choices: int | None = None) -> None:
         super().__init__(*args)
         self.draft = draft
         self.proposer = proposer or draft
@@ -207,6 +210,7 @@ class DFlashExecutor(Executor):
             raise InvalidArgument("draft_threshold needs the artifact's draft, whose draft_block "
                                   f"outputs {names.LOGITS}")
         self.tree_nodes = self._check_tree_nodes(tree_nodes)
+        self.tree_choices = self._check_tree_choices(tree_choices)
         self.lookup_tokens, self.lookup_match = check_lookup(lookup_tokens, lookup_match)
         if self.lookup_tokens and self.tree_nodes is not None:
             raise InvalidArgument("lookup_tokens and tree_nodes: looked-up tokens extend a "
@@ -220,6 +224,24 @@ class DFlashExecutor(Executor):
         self._ahead: tuple[list[ProposalRequest], Callable] | None = None
         # the next cycle's verify, queued at the last verdict (see _launch_verify)
         self._ahead_verify: _VerifyAhead | None = None
+
+    def _check_tree_choices(self, choices: int | None) -> int:
+        """The choices of each block row a tree may take (`tree_choices`): 1..TOP_K, TOP_K
+        where None; only with trees, and enough for `tree_nodes` nodes."""
+        if choices is None:
+            return names.TOP_K
+        if isinstance(choices, bool) or not isinstance(choices, int) \
+                or not 1 <= choices <= names.TOP_K:
+            raise InvalidArgument(f"tree_choices {choices!r}: expected an int in "
+                                  f"[1, {names.TOP_K}] or None (all {names.TOP_K})")
+        if self.tree_nodes is None:
+            raise InvalidArgument("tree_choices: chains take the first choice of each row "
+                                  "already; it shapes trees (tree_nodes)")
+        most = sum(choices ** d for d in range(1, self.n_draft + 1))
+        if self.tree_nodes > most:
+            raise InvalidArgument(f"tree_choices {choices} with n_draft {self.n_draft}: trees "
+                                  f"of at most {most} nodes, not tree_nodes {self.tree_nodes}")
+        return choices
 
     def _check_tree_nodes(self, nodes: int | None) -> int | None:
         """None (chains), or an int in [2, widest step - 1] where trees can be verified
@@ -254,7 +276,8 @@ class DFlashExecutor(Executor):
              max_verify_rows: int | None = None,
              speculate_sampled: bool | int = True,
              tree_nodes: int | None = None, lookup_tokens: int = 0,
-             lookup_match: int = LOOKUP_MATCH) -> DFlashExecutor:
+             lookup_match: int = LOOKUP_MATCH,
+             tree_choices: int | None = None) -> DFlashExecutor:
         """Load an artifact with its draft (or, for tests, any `proposer`)."""
         check_draft_threshold(draft_threshold)  # before the engines load
         check_max_verify_rows(max_verify_rows)
@@ -269,7 +292,7 @@ class DFlashExecutor(Executor):
                    max_spec_batch=max_spec_batch, draft_threshold=draft_threshold,
                    max_verify_rows=max_verify_rows, speculate_sampled=speculate_sampled,
                    tree_nodes=tree_nodes, lookup_tokens=lookup_tokens,
-                   lookup_match=lookup_match)
+                   lookup_match=lookup_match, tree_choices=tree_choices)
 
     # -- session hooks: the draft cache follows the target ---------------------------------
 
@@ -528,7 +551,9 @@ class DFlashExecutor(Executor):
         """The verify of each owner's tree grown from its choices ids/logp [O, n, k]: its
         step (`step`, planned for nodes + 1 rows, or planned again where fewer choices give
         a smaller tree), the trees, their rows' tokens and parents [O, rows], the draws."""
-        trees = [grow_tree(ids[o], logp[o], nodes) for o in range(len(requests))]
+        used = self.tree_choices
+        trees = [grow_tree(ids[o][:, :used], logp[o][:, :used], nodes)
+                 for o in range(len(requests))]
         width = trees[0].rows
         if width != step.width:  # fewer choices than nodes: a smaller tree
             step = self.target.plan_tree(step.plan.seq_ids[: step.owners], width)
@@ -583,7 +608,7 @@ class DFlashExecutor(Executor):
                             + np.arange(nodes + 1)).reshape(-1))
         uniforms = chain.uniform.reshape(owners, span) if sampled else None
         growth = TreeGrowth(self.draft.block, owners, self.n_draft, nodes, step.stride,
-                            uniforms)
+                            uniforms, choices=self.tree_choices)
         return growth, self.target.launch_tree(step, tokens, None, draws, grow=growth,
                                                walk=walk)
 
@@ -603,7 +628,7 @@ class DFlashExecutor(Executor):
         uniform, its position's, is set on the device too)."""
         return (self.grow_on_device and self.backend.grows_trees
                 and nodes < MAX_TREE_ROWS
-                and sum(names.TOP_K ** d for d in range(1, self.n_draft + 1)) >= nodes)
+                and sum(self.tree_choices ** d for d in range(1, self.n_draft + 1)) >= nodes)
 
     def _verify_taken(self, requests: list[ProposalRequest], nodes: int
                       ) -> _VerifyAhead | None:

@@ -325,7 +325,7 @@ class OrtDeviceBackend(Backend):
                                engine.input_address(names.TOKENS),
                                engine.input_address(names.POSITIONS),
                                engine.input_address(names.ATTN_MASK), width, keys, keys - width,
-                               record.ptr)
+                               record.ptr, grow.choices)
         host = pinned[:nbytes].view(np.int64).reshape(grow.owners, 3, rows)
         self.grown, fetch = self._record_later(host, record, self.grown)
         return fetch

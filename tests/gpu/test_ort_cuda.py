@@ -218,9 +218,10 @@ def test_float16_speculation_equals_plain_with_the_draft_on_cublas(
     assert (backend.projections, backend.draft_projections) == ("row", "cublas")
 
 
-@pytest.mark.parametrize("nodes", [7, 15, 31])
-def test_trees_grown_on_the_device_are_grow_trees(nodes):
-    """CudaDevice.grow_trees against HostDevice's (runtime/trees.py's grow_tree itself) on the
+@pytest.mark.parametrize("nodes,choices", [(7, None), (15, None), (31, None), (15, 1), (12, 2)])
+def test_trees_grown_on_the_device_are_grow_trees(nodes, choices):
+    """CudaDevice.grow_trees against HostDevice's (runtime/trees.py's grow_tree itself, of each
+    row's first `choices`: all where None, 1 a chain) on the
     same memory: the draft's choices with many ties (log-probabilities on a grid of 0.5, best
     first), three owners of a padded verify step. Every byte of the tokens, positions, mask
     and record is the same, those the trees do not touch included."""
@@ -244,7 +245,7 @@ def test_trees_grown_on_the_device_are_grow_trees(nodes):
         device.synchronize()
         device.grow_trees(buffers[0].ptr, buffers[1].ptr, owners, depth, branches, nodes,
                           buffers[2].ptr, buffers[3].ptr, buffers[4].ptr, width, keys, cells,
-                          buffers[5].ptr)
+                          buffers[5].ptr, choices)
         device.synchronize()
         out = [np.empty_like(a) for a in arrays[2:]]
         for host, buffer in zip(out, buffers[2:]):
@@ -254,6 +255,8 @@ def test_trees_grown_on_the_device_are_grow_trees(nodes):
         np.testing.assert_array_equal(cuda, host)
     record = results[1][-1]
     assert (record[:, 1, 0] == -1).all() and (record[:, 2, 1:] >= 1).all()
+    if choices == 1:  # each row the child of the row before
+        assert (record[:, 1] == np.arange(-1, nodes)).all()
 
 
 @pytest.mark.parametrize("seed", range(4))

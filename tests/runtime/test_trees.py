@@ -456,6 +456,43 @@ def test_trees_narrowed_by_max_verify_rows_walk_on_the_device_and_equal_plain(df
     assert spec.stats.walked == spec.stats.grown == spec.stats.rounds > 0
 
 
+@pytest.mark.parametrize("make", [tree_backend, queued_tree_backend], ids=["host", "queued"])
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_trees_of_first_choices_are_chains_queued_as_trees(dflash_artifact, sampling, make,
+                                                           monkeypatch):
+    """tree_choices=1: every cycle's tree is the chain of the block's first choices (each row
+    the child of the row before), grown on the device and queued at the verdict as trees are;
+    the text is plain decoding's."""
+    from cellspec.runtime import trees as trees_module
+
+    grown = []
+    original = trees_module.grow_tree
+
+    def recording(ids, logp, nodes):
+        tree = original(ids, logp, nodes)
+        grown.append((ids.shape[1], tree))
+        return tree
+
+    monkeypatch.setattr(trees_module, "grow_tree", recording)  # the device's (HostDevice)
+    monkeypatch.setattr(dflash, "grow_tree", recording)  # the host's
+    plain = plain_on_tree_backend(dflash_artifact)
+    texts = prompts(3, seed=31)
+    expected = [run_alone(plain, p, sampling, seed=7 + i, steps=24) for i, p in enumerate(texts)]
+    spec = DFlashExecutor.load(dflash_artifact, backend=make(dflash_artifact), max_sessions=4,
+                               tree_nodes=4, tree_choices=1)  # the draft's n_draft: 4
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, 7 + i)
+    assert spec_decode(spec, sids, texts, 20) == [e[:20] for e in expected]
+    assert spec.stats.proposed == 4 * spec.stats.cycles > 0
+    assert spec.stats.grown > 0  # grown on the device, queued at a verdict
+    assert len(grown) >= spec.stats.cycles
+    for choices, tree in grown:
+        assert choices == 1
+        assert tree.parents.tolist() == list(range(-1, 4))
+        assert tree.depths.tolist() == list(range(5))
+
+
 def open_prefilled(spec, texts, sampling):
     """A session per prompt (seeds 5, 6, ...), prefilled in one call: their sids and each
     one's tokens so far (the first drawn)."""
@@ -773,6 +810,19 @@ def test_tree_nodes_refusals(dflash_artifact):
                                 tree_nodes=value)
     with pytest.raises(InvalidArgument, match="backend ort-cpu cannot verify a tree"):
         DFlashExecutor.load(dflash_artifact, tree_nodes=3)
+    for value, match in [(0, "expected an int in \\[1, 4\\]"), (5, "expected an int"),
+                         (True, "expected an int"), ("1", "expected an int")]:
+        with pytest.raises(InvalidArgument, match=match):
+            DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                                tree_nodes=3, tree_choices=value)
+    with pytest.raises(InvalidArgument, match="it shapes trees"):
+        DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                            tree_choices=1)
+    with pytest.raises(InvalidArgument, match="trees of at most 4 nodes, not tree_nodes 5"):
+        DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                            tree_nodes=5, tree_choices=1, n_draft=4)
+    assert DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                               tree_nodes=6, tree_choices=2, n_draft=2).tree_choices == 2
     with pytest.raises(InvalidArgument, match="a tree takes no threshold"):
         DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
                             tree_nodes=3, draft_threshold=0.5)
