@@ -33,6 +33,7 @@ FLAGS = {
     "top_k": "--top-k", "seed": "--seed", "stop": "--stop", "threads": "--threads",
     "n_draft": "--n-draft", "max_spec_batch": "--max-spec-batch", "backend": "--backend",
     "draft_threshold": "--draft-threshold", "tree_nodes": "--tree-nodes",
+    "tree_choices": "--tree-choices",
     "lookup_tokens": "--lookup-tokens",
     "model": "--model", "dtype": "--dtype",
     "static_widths": "--widths", "dynamic_width": "--dynamic-width",
@@ -168,7 +169,7 @@ def make_llm(args: argparse.Namespace, default_sessions: int, chat: bool | None 
                speculation=False if args.no_speculation else (args.speculation or None),
                n_draft=args.n_draft, max_spec_batch=args.max_spec_batch,
                draft_threshold=args.draft_threshold, tree_nodes=args.tree_nodes,
-               lookup_tokens=args.lookup_tokens)
+               lookup_tokens=args.lookup_tokens, tree_choices=args.tree_choices)
 
 
 class PrefillProgress:

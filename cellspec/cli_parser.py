@@ -167,6 +167,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="verify a tree of N proposals per cycle, grown from the draft's "
                         "top choices (0: a chain; default: 15 on ort-cuda with CellAttention, "
                         "the one backend that verifies trees exactly, else chains)")
+    parser.add_argument("--tree-choices", type=int, metavar="C",
+                        help="grow each tree from the first C of the draft's choices per row "
+                        "(1..4; default: all 4; 1: the chain of first choices, queued on the "
+                        "device as a tree is)")
     parser.add_argument("--lookup-tokens", type=int, metavar="N",
                         help="after the draft's proposals, verify up to N more tokens looked up "
                         "in the request's own text: what followed the latest earlier "

@@ -116,6 +116,15 @@ def tree_defaults(backend: str, folder: Path, manifest: Manifest, tree_nodes: in
     return nodes
 
 
+def check_tree_choices(tree_choices: int | None) -> int | None:
+    """LLM's tree_choices: None or an int in 1..TOP_K (DFlashExecutor checks the rest)."""
+    if tree_choices is not None and (isinstance(tree_choices, bool) or not isinstance(
+            tree_choices, int) or not 1 <= tree_choices <= names.TOP_K):
+        raise InvalidArgument(f"tree_choices {tree_choices!r}: expected an int in "
+                              f"[1, {names.TOP_K}] or None (all)")
+    return tree_choices
+
+
 def check_tree_nodes(tree_nodes: int | None) -> int | None:
     """LLM's tree_nodes: None or an int >= 0."""
     if tree_nodes is not None and (isinstance(tree_nodes, bool) or not isinstance(
@@ -209,7 +218,9 @@ class LLM:
     plain decoding rounds; elsewhere chains). `lookup_tokens`: each chain goes on after the
     draft's proposals with up to this many tokens looked up in the session's own text (what
     followed the latest earlier occurrence of its last few tokens; the same text; default:
-    CPU_LOOKUP_TOKENS on `ort-cpu`, else 0; 0: none)."""
+    CPU_LOOKUP_TOKENS on `ort-cpu`, else 0; 0: none). `tree_choices`: a tree takes the first
+    this many of each row's choices (1..TOP_K; default: all; 1: the chain of first choices,
+    verified, grown on the device and queued as a tree, without siblings at one position)."""
 
     def __init__(self, model: str | Path | None = None, *, backend: str = "ort-cpu",
                  max_sessions: int = 8, max_session_tokens: int = 0, threads: int | None = None,
@@ -218,9 +229,11 @@ class LLM:
                  speculation: bool | None = None, n_draft: int | None = None,
                  max_spec_batch: int | None = None, draft_threshold: float | None = None,
                  chain_steps: int = DEFAULT_CHAIN_STEPS,
-                 tree_nodes: int | None = None, lookup_tokens: int | None = None) -> None:
+                 tree_nodes: int | None = None, lookup_tokens: int | None = None,
+                 tree_choices: int | None = None) -> None:
         self.chain_steps = check_chain_steps(chain_steps)
         check_tree_nodes(tree_nodes)
+        check_tree_choices(tree_choices)
         if lookup_tokens is not None:
             check_lookup(lookup_tokens, LOOKUP_MATCH)
         if chat is not None and not isinstance(chat, bool):
@@ -248,14 +261,16 @@ class LLM:
                                                 speculate_sampled=speculates_sampled(
                                                     backend, tree_nodes),
                                                 tree_nodes=tree_nodes,
+                                                tree_choices=tree_choices,
                                                 lookup_tokens=lookup_defaults(
                                                     backend, tree_nodes, lookup_tokens))
         elif n_draft is not None or max_spec_batch is not None or draft_threshold is not None \
-                or tree_nodes or lookup_tokens:
+                or tree_nodes or lookup_tokens or tree_choices is not None:
             name = ("n_draft" if n_draft is not None else
                     "max_spec_batch" if max_spec_batch is not None else
                     "draft_threshold" if draft_threshold is not None else
-                    "tree_nodes" if tree_nodes else "lookup_tokens")
+                    "tree_nodes" if tree_nodes else
+                    "tree_choices" if tree_choices is not None else "lookup_tokens")
             raise InvalidArgument(f"{name} is set, but speculation is off")
         else:
             self.executor = Executor.load(self.folder, **limits)

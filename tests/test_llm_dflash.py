@@ -300,6 +300,23 @@ def test_bad_tree_nodes_are_refused_before_anything_loads(value, monkeypatch):
         LLM("anything", tree_nodes=value)
 
 
+@pytest.mark.parametrize("value", [0, 5, True, 1.0, "1"])
+def test_bad_tree_choices_are_refused_before_anything_loads(value, monkeypatch):
+    def no_export(*args, **kwargs):
+        raise AssertionError("resolved the model before checking tree_choices")
+
+    monkeypatch.setattr("cellspec.llm.resolve_model", no_export)
+    with pytest.raises(InvalidArgument, match="tree_choices .*expected an int in \\[1, 4\\]"):
+        LLM("anything", tree_choices=value)
+
+
+def test_tree_choices_need_trees_and_speculation(chat_dflash_artifact):
+    with pytest.raises(InvalidArgument, match="tree_choices: chains take the first choice"):
+        LLM(chat_dflash_artifact, max_sessions=2, tree_choices=1)  # ort-cpu: chains
+    with pytest.raises(InvalidArgument, match="tree_choices is set, but speculation is off"):
+        LLM(chat_dflash_artifact, max_sessions=2, speculation=False, tree_choices=1)
+
+
 def test_trees_are_refused_where_they_cannot_be_exact(chat_dflash_artifact):
     with pytest.raises(InvalidArgument, match="backend ort-cpu cannot verify a tree"):
         LLM(chat_dflash_artifact, max_sessions=2, tree_nodes=3)
