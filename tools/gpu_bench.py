@@ -786,10 +786,12 @@ def device_spans(executor, args, verify_width: int) -> list[tuple[str, float, fl
             for name, width, start, end in marks]
 
 
-def cycle_kernels(executor, args) -> list[dict]:
+def cycle_kernels(executor, args) -> dict:
     """The CUDA kernels of `args.steps` DFlash cycles at batch 1 (torch's profiler, as
-    cmd_kernels): per kernel, launches and microseconds a cycle, printed as they come: which
-    of a cycle's kernels (the draft block's, the verify's) hold it over a step."""
+    cmd_kernels): per kernel, launches and microseconds a cycle, summed ("summed") and as
+    tails past their predecessors ("tails", kernel_tails; with "idle_us", the device's idle
+    time a cycle), printed as they come: which of a cycle's kernels (the draft block's, the
+    verify's) hold it over a step."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
