@@ -741,15 +741,31 @@ def dflash_batches(args) -> list[int]:
     return batches
 
 
+def smollm2_trees(args) -> list[tuple[int, int | None] | None]:
+    """smollm2's --tree-nodes as a list of (nodes, choices) (T, or T:C for each row's first C
+    choices; the LLM checks them), or [None] for the LLM's default."""
+    if not args.tree_nodes:
+        return [None]
+    trees = []
+    for item in args.tree_nodes.split(","):
+        nodes, colon, choices = item.partition(":")
+        try:
+            trees.append((int(nodes), int(choices) if colon else None))
+        except ValueError:
+            raise SystemExit(f"--tree-nodes {args.tree_nodes!r}: expected T or T:C (C choices "
+                             "a row), e.g. 0,15,15:1") from None
+    return trees
+
+
 def dflash_trees(args) -> list[tuple[int, int | None]]:
     """dflash's --tree-nodes as a list of (nodes, choices): 0 = chains of 15 proposals, T =
     trees of T (2..15) from every choice of a block row, T:C from its first C (1..4; 15:1 =
     the chain of first choices grown and queued as a tree)."""
     trees = []
     for item in args.tree_nodes.split(","):
-        nodes, _, choices = item.partition(":")
+        nodes, colon, choices = item.partition(":")
         try:
-            pair = (int(nodes), int(choices) if choices else None)
+            pair = (int(nodes), int(choices) if colon else None)
         except ValueError:
             pair = (-1, None)
         if not (pair[0] == 0 and pair[1] is None or 2 <= pair[0] <= 15
@@ -915,7 +931,7 @@ def cmd_smollm2(args) -> None:
     thresholds = ([float(t) for t in args.draft_thresholds.split(",")]
                   if args.draft_thresholds else [None])
     drains = drain_modes(args)
-    trees = [int(t) for t in args.tree_nodes.split(",")] if args.tree_nodes else [None]
+    trees = smollm2_trees(args)
     orders = cycle_orders(args)
     verify_rows = [None if v == "none" else int(v) for v in args.max_verify_rows.split(",")]
     runs = [(False, None, None, c, None, None, None, None) for c in chains] + [
@@ -925,7 +941,8 @@ def cmd_smollm2(args) -> None:
         llm = LLM(folder, backend=BACKEND[0], max_sessions=max(8, *batches),
                   speculation=speculation, n_draft=n_draft,
                   max_spec_batch=args.max_spec_batch if speculation else None,
-                  draft_threshold=threshold, chain_steps=chain_steps, tree_nodes=tree)
+                  draft_threshold=threshold, chain_steps=chain_steps,
+                  tree_nodes=tree[0] if tree else None, tree_choices=tree[1] if tree else None)
         if speculation:  # "behind": drain the verify's rows as it runs; "first": next cycle
             llm.executor.drain_behind_verify = drain == "behind"
             set_cycle_order(llm.executor, order)
@@ -971,6 +988,7 @@ def cmd_smollm2(args) -> None:
             rows.append({"speculation": speculation, "n_draft": getattr(llm.executor, "n_draft",
                          None), "draft_threshold": getattr(llm.executor, "draft_threshold",
                          None), "tree_nodes": getattr(llm.executor, "tree_nodes", None),
+                         "tree_choices": tree[1] if tree else None,
                          "chain_steps": chain_steps, "batch": batch,
                          "temperature": args.temperature, "top_p": args.top_p,
                          "drain": drain, "order": order, "whole_sums": args.whole_sums,
@@ -1194,7 +1212,8 @@ def main() -> None:
         "chains; default: the LLM's)")
     commands.choices["smollm2"].add_argument(
         "--tree-nodes", help="cycle shapes to compare, each in turn with every n_draft: 0 = a "
-        "chain, T = a tree of T proposals, e.g. 0,7,15 (default: the LLM's)")
+        "chain, T = a tree of T proposals, T:C = of each row's first C choices (15:1: the "
+        "chain of first choices queued as a tree), e.g. 0,7,15,15:1 (default: the LLM's)")
     commands.choices["dflash"].add_argument("--shape", default="C")
     commands.choices["dflash"].add_argument(
         "--kernels", action="store_true", help="also the CUDA kernels of batch-1 cycles (torch's "
