@@ -19,7 +19,7 @@ from cellspec.request import Request, RequestOutput, SamplingParams
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
 from cellspec.runtime.lookup import LOOKUP_MATCH
-from cellspec.runtime.spec_options import check_lookup
+from cellspec.runtime.spec_options import check_lookup, check_tree_choices
 from cellspec.scheduler import (
     DEFAULT_CHAIN_STEPS,
     DEFAULT_MAX_PREFILL_TOKENS,
@@ -114,15 +114,6 @@ def tree_defaults(backend: str, folder: Path, manifest: Manifest, tree_nodes: in
             or not draft_gives_choices(folder, manifest):
         return None  # (a tree step makes no sliding-window masks)
     return nodes
-
-
-def check_tree_choices(tree_choices: int | None) -> int | None:
-    """LLM's tree_choices: None or an int in 1..TOP_K (DFlashExecutor checks the rest)."""
-    if tree_choices is not None and (isinstance(tree_choices, bool) or not isinstance(
-            tree_choices, int) or not 1 <= tree_choices <= names.TOP_K):
-        raise InvalidArgument(f"tree_choices {tree_choices!r}: expected an int in "
-                              f"[1, {names.TOP_K}] or None (all)")
-    return tree_choices
 
 
 def check_tree_nodes(tree_nodes: int | None) -> int | None:

@@ -722,7 +722,7 @@ def cmd_dflash(args) -> None:
 
                 rows[-1]["plain_timeline"] = steps[1].get("timeline")
                 rows[-1]["timeline"] = summarize(
-                    device_spans(spec, args, verify_width=(nodes or 15) + 1))
+                    device_spans(spec, args, verify_width=spec.cycle_rows))
                 print(f"[dflash {args.shape}] cycles on the device: {rows[-1]['timeline']}",
                       flush=True)
         del spec
@@ -741,38 +741,35 @@ def dflash_batches(args) -> list[int]:
     return batches
 
 
-def smollm2_trees(args) -> list[tuple[int, int | None] | None]:
-    """smollm2's --tree-nodes as a list of (nodes, choices) (T, or T:C for each row's first C
-    choices; the LLM checks them), or [None] for the LLM's default."""
-    if not args.tree_nodes:
-        return [None]
+def tree_shapes(text: str) -> list[tuple[int, int | None]]:
+    """--tree-nodes as a list of (nodes, choices): T, or T:C for each row's first C choices."""
     trees = []
-    for item in args.tree_nodes.split(","):
+    for item in text.split(","):
         nodes, colon, choices = item.partition(":")
         try:
             trees.append((int(nodes), int(choices) if colon else None))
         except ValueError:
-            raise SystemExit(f"--tree-nodes {args.tree_nodes!r}: expected T or T:C (C choices "
-                             "a row), e.g. 0,15,15:1") from None
+            raise SystemExit(f"--tree-nodes {text!r}: expected T or T:C (C choices a row), "
+                             "e.g. 0,15,15:1") from None
     return trees
 
 
+def smollm2_trees(args) -> list[tuple[int, int | None] | None]:
+    """smollm2's --tree-nodes (tree_shapes; the LLM checks them), or [None] for the LLM's
+    default."""
+    return tree_shapes(args.tree_nodes) if args.tree_nodes else [None]
+
+
 def dflash_trees(args) -> list[tuple[int, int | None]]:
-    """dflash's --tree-nodes as a list of (nodes, choices): 0 = chains of 15 proposals, T =
-    trees of T (2..15) from every choice of a block row, T:C from its first C (1..4; 15:1 =
-    the chain of first choices grown and queued as a tree)."""
-    trees = []
-    for item in args.tree_nodes.split(","):
-        nodes, colon, choices = item.partition(":")
-        try:
-            pair = (int(nodes), int(choices) if colon else None)
-        except ValueError:
-            pair = (-1, None)
-        if not (pair[0] == 0 and pair[1] is None or 2 <= pair[0] <= 15
-                and (pair[1] is None or 1 <= pair[1] <= 4)):
+    """dflash's --tree-nodes (tree_shapes): 0 = chains of 15 proposals, T = trees of T (2..15)
+    from every choice of a block row, T:C from its first C (1..4; 15:1 = the chain of first
+    choices grown and queued as a tree)."""
+    trees = tree_shapes(args.tree_nodes)
+    for nodes, choices in trees:
+        if not (nodes == 0 and choices is None or 2 <= nodes <= 15
+                and (choices is None or 1 <= choices <= 4)):
             raise SystemExit(f"--tree-nodes {args.tree_nodes!r}: expected 0 (chains), 2..15 "
                              "or T:C (C choices a row, 1..4), e.g. 0,15,15:1")
-        trees.append(pair)
     return trees
 
 

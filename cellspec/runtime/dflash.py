@@ -77,6 +77,7 @@ from cellspec.runtime.spec_options import (
     check_lookup,
     check_max_verify_rows,
     check_speculate_sampled,
+    check_tree_choices,
     confident_length,
 )
 from cellspec.runtime.target import ForwardResult, TreeStep
@@ -228,12 +229,8 @@ class DFlashExecutor(Executor):
     def _check_tree_choices(self, choices: int | None) -> int:
         """The choices of each block row a tree may take (`tree_choices`): 1..TOP_K, TOP_K
         where None; only with trees, and enough for `tree_nodes` nodes."""
-        if choices is None:
+        if check_tree_choices(choices) is None:
             return names.TOP_K
-        if isinstance(choices, bool) or not isinstance(choices, int) \
-                or not 1 <= choices <= names.TOP_K:
-            raise InvalidArgument(f"tree_choices {choices!r}: expected an int in "
-                                  f"[1, {names.TOP_K}] or None (all {names.TOP_K})")
         if self.tree_nodes is None:
             raise InvalidArgument("tree_choices: chains take the first choice of each row "
                                   "already; it shapes trees (tree_nodes)")
@@ -283,6 +280,7 @@ class DFlashExecutor(Executor):
         check_max_verify_rows(max_verify_rows)
         check_speculate_sampled(speculate_sampled)
         check_lookup(lookup_tokens, lookup_match)
+        check_tree_choices(tree_choices)
         parts = load_parts(artifact, backend, max_sessions, max_session_tokens, threads)
         folder, manifest, engines = parts[:3]
         if proposer is None and manifest.draft is None:

@@ -1,11 +1,13 @@
 """A DFlash executor's options, each validated where the caller gives it (pure; no engine):
-draft_threshold, max_verify_rows, speculate_sampled, lookup_tokens and lookup_match, and the
-cut a threshold makes (`confident_length`). runtime/dflash.py says what each does."""
+draft_threshold, max_verify_rows, speculate_sampled, lookup_tokens and lookup_match,
+tree_choices, and the cut a threshold makes (`confident_length`). runtime/dflash.py says what
+each does."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from cellspec import artifact as names
 from cellspec.errors import InvalidArgument
 from cellspec.manifest_fields import is_int, is_number
 from cellspec.runtime.lookup import MAX_MATCH
@@ -47,6 +49,15 @@ def check_lookup(tokens: int, match: int) -> tuple[int, int]:
     if not (is_int(match) and 1 <= match <= MAX_MATCH):
         raise InvalidArgument(f"lookup_match {match!r}: expected an int in [1, {MAX_MATCH}]")
     return int(tokens), int(match)
+
+
+def check_tree_choices(choices: int | None) -> int | None:
+    """None (all TOP_K choices of a row), or an int in [1, TOP_K]; a bool is refused."""
+    if choices is not None and (isinstance(choices, bool) or not isinstance(choices, int)
+                                or not 1 <= choices <= names.TOP_K):
+        raise InvalidArgument(f"tree_choices {choices!r}: expected an int in "
+                              f"[1, {names.TOP_K}] or None (all {names.TOP_K})")
+    return choices
 
 
 def confident_length(probs: np.ndarray, threshold: float) -> int:
