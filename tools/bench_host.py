@@ -13,7 +13,9 @@ ARTIFACT: an export with a draft (`cellspec export GGUF DIR --draft ...`). Print
 round and per plain step of `--sessions` sessions at once (best and median of the rounds), the
 share of it a verify runs `meanwhile` (the drain of its rows and, where the cycle walks on the
 device, the next block and verify queued before its verdict: a device overlaps that with the
-verify), how many rounds walked on the device, and with `--profile` a cProfile of the cycles.
+verify), how much of it is HostDevice's Python for the tree kernels (a GPU launches them: its
+host does about the round less that), how many rounds walked on the device, and with
+`--profile` a cProfile of the cycles.
 The outputs of the no-op runs are whatever the buffers hold, so the drafts and draws are
 meaningless, but each cycle commits, drains and queues as a real one does.
 """
@@ -89,6 +91,25 @@ class Behind:
         return run
 
 
+class Kernels:
+    """Seconds the host spends in HostDevice's stand-ins for the device's tree kernels (a tree's
+    growth, its walk, its rows' uniforms): Python here, one launch each on a GPU, so a round's
+    host time there is about the round's here less these."""
+
+    def __init__(self, device: HostDevice) -> None:
+        self.seconds = 0.0
+        for name in ("grow_trees", "walk_trees", "tree_uniforms"):
+            setattr(device, name, self.timed(getattr(device, name)))
+
+    def timed(self, work):
+        def run(*args):
+            start = time.perf_counter()
+            result = work(*args)
+            self.seconds += time.perf_counter() - start
+            return result
+        return run
+
+
 def time_calls(executor: DFlashExecutor, tokens: dict[int, int], cycles: int, rounds: int,
                speculate: bool) -> list[float]:
     """ms per `execute` call of every session in `tokens` (sid -> its pending token; a round of
@@ -137,16 +158,19 @@ def main() -> None:
         tokens[sid] = executor.execute([BatchInput(sid, prompt, 0)])[0].token
     without_device(executor)
     behind = Behind(executor)
+    kernels = Kernels(executor.backend.device)
     time_calls(executor, tokens, 20, 1, True)  # warm the memos
     for name, speculate in (("DFlash round", True), ("plain step", False)):
-        behind.seconds = 0.0
+        behind.seconds = kernels.seconds = 0.0
         rounds, walked = executor.stats.rounds, executor.stats.walked
         times = time_calls(executor, tokens, args.cycles, args.rounds, speculate)
         overlapped = 1e3 * behind.seconds / (args.cycles * args.rounds)
+        emulated = 1e3 * kernels.seconds / (args.cycles * args.rounds)
         rounds, walked = executor.stats.rounds - rounds, executor.stats.walked - walked
         print(f"{name}, {args.sessions} session(s): host ms best {min(times):.3f}, median "
               f"{statistics.median(times):.3f} ({args.rounds} rounds of {args.cycles}); of "
-              f"which behind the verify (overlapped on a device) {overlapped:.3f} on average"
+              f"which behind the verify (overlapped on a device) {overlapped:.3f} on average, "
+              f"in the tree kernels' Python stand-ins (launches on a GPU) {emulated:.3f}"
               + (f"; {walked} of {rounds} rounds queued the next before their verdict"
                  if rounds else ""))
     if args.profile:
