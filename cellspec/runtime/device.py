@@ -277,8 +277,7 @@ class HostDevice:
         rows = nodes + 1
         out = self._bytes(record, 24 * owners * rows).view(np.int64).reshape(owners, 3, rows)
         for o in range(owners):
-            used = branches if choices is None else choices
-            tree = grow_tree(all_ids[o][:, :used], all_logp[o][:, :used], nodes)
+            tree = grow_tree(all_ids[o], all_logp[o], nodes, choices)
             assert tree.rows == rows, "a tree of fewer nodes than asked"
             row_tokens = self._bytes(tokens + 8 * o * width, 8 * rows).view(np.int64)
             row_tokens[1:] = tree.tokens

@@ -81,7 +81,7 @@ from cellspec.runtime.spec_options import (
     confident_length,
 )
 from cellspec.runtime.target import ForwardResult, TreeStep
-from cellspec.runtime.trees import DraftTree, grow_tree, walk
+from cellspec.runtime.trees import DraftTree, grow_tree, tree_capacity, walk
 from cellspec.runtime.types import BatchInput, Output
 
 
@@ -234,7 +234,7 @@ class DFlashExecutor(Executor):
         if self.tree_nodes is None:
             raise InvalidArgument("tree_choices: chains take the first choice of each row "
                                   "already; it shapes trees (tree_nodes)")
-        most = sum(choices ** d for d in range(1, self.n_draft + 1))
+        most = tree_capacity(choices, self.n_draft)
         if self.tree_nodes > most:
             raise InvalidArgument(f"tree_choices {choices} with n_draft {self.n_draft}: trees "
                                   f"of at most {most} nodes, not tree_nodes {self.tree_nodes}")
@@ -549,8 +549,7 @@ class DFlashExecutor(Executor):
         """The verify of each owner's tree grown from its choices ids/logp [O, n, k]: its
         step (`step`, planned for nodes + 1 rows, or planned again where fewer choices give
         a smaller tree), the trees, their rows' tokens and parents [O, rows], the draws."""
-        used = self.tree_choices
-        trees = [grow_tree(ids[o][:, :used], logp[o][:, :used], nodes)
+        trees = [grow_tree(ids[o], logp[o], nodes, self.tree_choices)
                  for o in range(len(requests))]
         width = trees[0].rows
         if width != step.width:  # fewer choices than nodes: a smaller tree
@@ -626,7 +625,7 @@ class DFlashExecutor(Executor):
         uniform, its position's, is set on the device too)."""
         return (self.grow_on_device and self.backend.grows_trees
                 and nodes < MAX_TREE_ROWS
-                and sum(self.tree_choices ** d for d in range(1, self.n_draft + 1)) >= nodes)
+                and tree_capacity(self.tree_choices, self.n_draft) >= nodes)
 
     def _verify_taken(self, requests: list[ProposalRequest], nodes: int
                       ) -> _VerifyAhead | None:

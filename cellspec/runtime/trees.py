@@ -56,15 +56,29 @@ class DraftTree:
         return path
 
 
-def grow_tree(ids: np.ndarray, logp: np.ndarray, nodes: int) -> DraftTree:
+def tree_capacity(choices: int, depth: int) -> int:
+    """The most nodes a tree holds below its anchor with `choices` children a node and `depth`
+    levels: choices + choices^2 + ... + choices^depth."""
+    return sum(choices ** d for d in range(1, depth + 1))
+
+
+def grow_tree(ids: np.ndarray, logp: np.ndarray, nodes: int,
+              choices: int | None = None) -> DraftTree:
     """The `nodes` most probable nodes (module doc) from `ids`/`logp` [n, k] (row d - 1: depth
-    d's choices, best first); ties go to the node found first (lower depth, then choice)."""
+    d's choices, best first), of each row only the first `choices` (all k where None, as the
+    device's grow_trees takes them); ties go to the node found first (lower depth, then
+    choice)."""
     depth_limit, branches = ids.shape
     if logp.shape != ids.shape or depth_limit < 1 or branches < 1:
         raise InvalidArgument(f"draft choices {ids.shape} and log-probabilities {logp.shape}: "
                               "expected the same [n >= 1, k >= 1]")
     if nodes < 1:
         raise InvalidArgument(f"tree of {nodes} nodes: expected at least 1")
+    if choices is not None:
+        if not 1 <= choices <= branches:
+            raise InvalidArgument(f"{choices} choices of a row of {branches}: expected 1.."
+                                  f"{branches}")
+        branches = choices
     # candidates: (-score, order, depth, choice, parent row); a popped node offers its next
     # sibling (same parent, next choice) and its first child (next depth, first choice)
     rows_logp = logp.astype(np.float64).tolist()

@@ -21,6 +21,7 @@ from cellspec.runtime.trees import (
     ancestor_mask,
     depths_of,
     grow_tree,
+    tree_capacity,
     walk,
 )
 from cellspec.runtime.types import BatchInput
@@ -68,6 +69,23 @@ def test_a_tree_is_the_most_probable_prefixes_parents_first(seed, nodes):
     assert choices_of(tree, ids) == best_prefixes(top.astype(np.float32), nodes)
 
 
+@pytest.mark.parametrize("choices", [1, 2, 3])
+def test_a_tree_of_the_first_choices_is_their_most_probable_prefixes(choices):
+    """grow_tree(..., choices=c): the best prefixes over each row's first c choices only, as
+    many as those hold where that is fewer than asked (tree_capacity)."""
+    rng = np.random.default_rng(choices)
+    logits = rng.normal(size=(4, 40)) * 2
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    order = np.argsort(-logp, axis=1)[:, :4]
+    ids, top = order + 1000, np.take_along_axis(logp, order, axis=1).astype(np.float32)
+    for nodes in (3, 15, 40):
+        tree = grow_tree(ids, top, nodes, choices)
+        held = min(nodes, tree_capacity(choices, 4))
+        assert tree.rows == held + 1
+        assert choices_of(tree, ids) == best_prefixes(top[:, :choices], held)
+    assert tree_capacity(1, 4) == 4 and tree_capacity(2, 4) == 30 and tree_capacity(4, 2) == 20
+
+
 def test_a_tree_of_first_choices_only_is_a_chain():
     ids = np.array([[5, 6], [7, 8], [9, 10]])
     logp = np.log(np.array([[0.99, 0.01], [0.98, 0.02], [0.97, 0.03]]))
@@ -82,6 +100,9 @@ def test_grow_tree_refuses_bad_shapes():
         grow_tree(np.zeros((3, 4), np.int64), np.zeros((3, 2)), 4)
     with pytest.raises(InvalidArgument, match="at least 1"):
         grow_tree(np.zeros((3, 4), np.int64), np.zeros((3, 4)), 0)
+    for choices in (0, 5):
+        with pytest.raises(InvalidArgument, match=f"{choices} choices of a row of 4"):
+            grow_tree(np.zeros((3, 4), np.int64), np.zeros((3, 4)), 4, choices)
 
 
 def test_ancestor_mask_and_depths():
@@ -468,9 +489,9 @@ def test_trees_of_first_choices_are_chains_queued_as_trees(dflash_artifact, samp
     grown = []
     original = trees_module.grow_tree
 
-    def recording(ids, logp, nodes):
-        tree = original(ids, logp, nodes)
-        grown.append((ids.shape[1], tree))
+    def recording(ids, logp, nodes, choices=None):  # the choices of a row it grew from
+        tree = original(ids, logp, nodes, choices)
+        grown.append((ids.shape[1] if choices is None else choices, tree))
         return tree
 
     monkeypatch.setattr(trees_module, "grow_tree", recording)  # the device's (HostDevice)
