@@ -63,12 +63,27 @@ def without_device(executor: DFlashExecutor) -> None:
         setattr(device, name, lambda *args: None)
 
 
-class Behind:
+class Timed:
+    """Seconds the host spends in the calls wrapped by `timed`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def timed(self, work):
+        def run(*args):
+            start = time.perf_counter()
+            result = work(*args)
+            self.seconds += time.perf_counter() - start
+            return result
+        return run
+
+
+class Behind(Timed):
     """Seconds the host spends in the work a verify runs `meanwhile` (the drain of its rows):
     on a device that work overlaps the verify, so it is off a cycle's critical path."""
 
     def __init__(self, executor: DFlashExecutor) -> None:
-        self.seconds = 0.0
+        super().__init__()
         forward = executor.target.forward
 
         def timed_forward(*args, meanwhile=None, **kwargs):
@@ -82,32 +97,16 @@ class Behind:
         for name in ("_drain_trees", "_queue_past_verdict", "_launch_past_verdict"):
             setattr(executor, name, self.timed(getattr(executor, name)))
 
-    def timed(self, work):
-        def run(*args):
-            start = time.perf_counter()
-            result = work(*args)
-            self.seconds += time.perf_counter() - start
-            return result
-        return run
 
-
-class Kernels:
+class Kernels(Timed):
     """Seconds the host spends in HostDevice's stand-ins for the device's tree kernels (a tree's
     growth, its walk, its rows' uniforms): Python here, one launch each on a GPU, so a round's
     host time there is about the round's here less these."""
 
     def __init__(self, device: HostDevice) -> None:
-        self.seconds = 0.0
+        super().__init__()
         for name in ("grow_trees", "walk_trees", "tree_uniforms"):
             setattr(device, name, self.timed(getattr(device, name)))
-
-    def timed(self, work):
-        def run(*args):
-            start = time.perf_counter()
-            result = work(*args)
-            self.seconds += time.perf_counter() - start
-            return result
-        return run
 
 
 def time_calls(executor: DFlashExecutor, tokens: dict[int, int], cycles: int, rounds: int,
