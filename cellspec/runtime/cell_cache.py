@@ -268,14 +268,24 @@ class CellCache:
 
     def _check_rows(self, seq_ids: list[int], counts: list[int]) -> list[int]:
         """Validate the rows; returns each row's frontier (0 for padding rows)."""
+        lengths, bad_count, known = [], False, self.seq_cells
+        for seq, count in zip(seq_ids, counts):  # one pass (a decode step checks S rows)
+            if seq == PAD_SEQ:
+                bad_count |= count != 0
+                lengths.append(0)
+            else:
+                bad_count |= count < 1
+                cells = known.get(seq)
+                lengths.append(-1 if cells is None else cells.size)
         real = [seq for seq in seq_ids if seq != PAD_SEQ]
         if len(set(real)) != len(real):
             raise InvalidArgument(f"step rows {seq_ids}: a sequence appears twice")
-        if any(count != 0 if seq == PAD_SEQ else count < 1
-               for seq, count in zip(seq_ids, counts)):
+        if bad_count:
             raise InvalidArgument(f"step counts {counts}: padding rows take 0 tokens, "
                                   "sequences at least 1")
-        return [0 if seq == PAD_SEQ else len(self._cells_of(seq)) for seq in seq_ids]
+        if -1 in lengths:
+            self._cells_of(seq_ids[lengths.index(-1)])  # raises, naming it
+        return lengths
 
     def _lowest_free(self, count: int) -> np.ndarray:
         """The `count` lowest free cells, searched from `_free_floor` (every cell below it is

@@ -446,7 +446,7 @@ class DFlashExecutor(Executor):
         return position + self.cycle_rows <= self.max_session_tokens
 
     def _plain(self, items: list[BatchInput]) -> list[Output | None]:
-        step = self.pack(items)
+        step = self.pack_checked(tuple(items))  # validated by execute
         result = self.run_packed(step)
         for item in step.batch:
             self._state(item.sid).pending = None

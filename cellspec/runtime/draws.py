@@ -33,7 +33,7 @@ class Draws:
 
     @property
     def is_greedy(self) -> bool:
-        return bool(np.all(self.temperature == 0))
+        return not self.temperature.any()  # (every temperature 0; NaN is not 0)
 
     def take(self, rows: np.ndarray) -> Draws:
         return Draws(self.temperature[rows], self.top_p[rows], self.top_k[rows],

@@ -196,7 +196,10 @@ class Executor:
 
     def pack(self, batch: Sequence[BatchInput]) -> PackedStep:
         """Validate the whole batch (nothing changes) and pack it into one step."""
-        batch = self.validate(batch)
+        return self.pack_checked(self.validate(batch))
+
+    def pack_checked(self, batch: tuple[BatchInput, ...]) -> PackedStep:
+        """Pack inputs `validate` returned (and nothing changed since) into one step."""
         seq_ids, tokens, positions, indices, answered = [], [], [], [], []
         for index, item in enumerate(batch):
             n = len(item.tokens)
@@ -215,10 +218,13 @@ class Executor:
             raise InvalidArgument("batch: expected a non-empty sequence of BatchInput")
         seen: set[int] = set()
         checked = []
+        open_sessions = self.sessions.sessions
         for item in batch:
             if not isinstance(item, BatchInput):
                 raise InvalidArgument(f"batch item {item!r}: expected a BatchInput")
-            session = self.sessions.get(item.sid)
+            session = open_sessions.get(item.sid) if type(item.sid) is int else None
+            if session is None or session.is_poisoned:
+                session = self.sessions.get(item.sid)  # raises, saying why
             if item.sid in seen:
                 raise InvalidArgument(f"session {item.sid}: two inputs in one batch")
             seen.add(item.sid)

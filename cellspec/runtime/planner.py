@@ -16,19 +16,18 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 
-@dataclass(frozen=True)
-class Chunk:
+class Chunk(NamedTuple):  # (a tuple: a decode step makes one per session)
     run: int  # index of the input the tokens come from
     start: int  # first token of the chunk within its run
     count: int
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):
     width: int  # Q: every chunk of the piece has this many tokens
     chunks: tuple[Chunk, ...]  # one row each, in input order
 
@@ -36,6 +35,10 @@ class Piece:
 def plan_pieces(lengths: Sequence[int], max_width: int) -> list[Piece]:
     """Rectangular pieces covering every token of runs of `lengths` tokens exactly once."""
     assert max_width > 0 and all(n > 0 for n in lengths)
+    if lengths and max_width >= lengths[0] == min(lengths) == max(lengths):
+        # the usual step (a decode step, a verify): one piece of every run whole
+        return [Piece(lengths[0], tuple(Chunk(run, 0, lengths[0])
+                                        for run in range(len(lengths))))]
     pieces: list[Piece] = []
     for start in range(0, max(lengths, default=0), max_width):
         by_count: dict[int, list[Chunk]] = {}
@@ -61,7 +64,8 @@ def runs_of(seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def piece_index(piece: Piece, starts: np.ndarray) -> np.ndarray:
     """[S, Q]: the packed token of each slot of `piece` (its runs begin at `starts`)."""
-    first = np.array([starts[c.run] + c.start for c in piece.chunks])
+    runs, offsets, _ = zip(*piece.chunks)
+    first = starts[list(runs)] + np.array(offsets)
     return first[:, None] + np.arange(piece.width)
 
 
