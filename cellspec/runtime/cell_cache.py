@@ -16,12 +16,13 @@ j, so attention costs what the rows actually read, not the union of the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from cellspec.errors import InvalidArgument
+from cellspec.runtime.types import replaced
 
 PAD_SEQ = -1  # seq id of a padding row
 
@@ -125,23 +126,30 @@ class CellCache:
         cells = self._cells_of(seq)
         if not 0 <= start <= len(cells):
             raise InvalidArgument(f"seq {seq}: path start {start} outside 0..{len(cells)}")
-        tail = cells[start:].tolist()  # a verify's rows: a few, so as Python ints
+        rows = cells[start:]
+        tail = rows.tolist()  # a verify's rows: a few, so as Python ints
         keep = list(keep)
-        if any(not isinstance(k, (int, np.integer)) for k in keep) or (keep and (
+        if not (all(type(k) is int for k in keep)
+                or all(isinstance(k, (int, np.integer)) for k in keep)) or (keep and (
                 keep[0] < 0 or keep[-1] >= len(tail)
                 or any(b <= a for a, b in zip(keep, keep[1:])))):
             raise InvalidArgument(f"seq {seq}: path offsets {keep}: expected increasing "
                                   f"offsets in 0..{len(tail) - 1}")
-        kept = [tail[k] for k in keep]
-        moved = [cell for i, (k, cell) in enumerate(zip(keep, kept)) if k != i]
-        if moved and self.cell_refs[moved].max() > 1:  # a moved cell must be this sequence's
+        keep = [int(k) for k in keep]
+        refs = self.cell_refs
+        moved = [(i, tail[k]) for i, k in enumerate(keep) if k != i]  # (new offset, cell)
+        if any(refs[cell] > 1 for _, cell in moved):  # a moved cell must be this sequence's
             raise InvalidArgument(f"seq {seq}: a path cell that would move is shared with "
                                   "another sequence")
-        chosen = set(keep)
-        self._release(np.array([c for i, c in enumerate(tail) if i not in chosen], np.int64))
-        kept_cells = np.array(kept, np.int64)
-        self.cell_pos[kept_cells] = start + np.arange(len(kept))
-        self.seq_cells[seq] = np.concatenate([cells[:start], kept_cells])
+        dropped = np.ones(len(tail), dtype=bool)
+        dropped[keep] = False
+        self._release(rows[dropped])
+        # in place (a verify's rows are few): the kept cells move down to their positions
+        # (k >= i: each is read before it is written over); the others stay where they are
+        for i, cell in moved:
+            cells[start + i] = cell
+            self.cell_pos[cell] = start + i
+        self.seq_cells[seq] = cells[: start + len(keep)]
         self.version += 1
 
     def clear(self) -> None:
@@ -217,7 +225,7 @@ class CellCache:
         lengths = np.array(self._check_rows(plan.seq_ids.tolist(), plan.counts.tolist()),
                            np.int64)
         positions = (lengths[:, None] + _columns(plan.positions.shape[1])[None, :]) * plan.is_real
-        return replace(plan, positions=positions, version=self.version)
+        return replaced(plan, positions=positions, version=self.version)
 
     def commit_step(self, plan: StepPlan) -> None:
         """Apply a plan made against the current version: its tokens' cells become theirs."""
@@ -368,7 +376,7 @@ class CellCache:
         freed = cells[self.cell_refs[cells] == 0]
         self.cell_pos[freed] = -1
         if freed.size:
-            self._free_floor = min(self._free_floor, int(freed.min()))
+            self._free_floor = min(self._free_floor, int(np.minimum.reduce(freed)))
 
 
 @lru_cache(maxsize=64)

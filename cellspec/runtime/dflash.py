@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -82,7 +82,7 @@ from cellspec.runtime.spec_options import (
 )
 from cellspec.runtime.target import ForwardResult, TreeStep
 from cellspec.runtime.trees import DraftTree, grow_tree, tree_capacity, walk
-from cellspec.runtime.types import BatchInput, Output
+from cellspec.runtime.types import BatchInput, Output, replaced
 
 
 class Proposer(Protocol):
@@ -713,7 +713,7 @@ class DFlashExecutor(Executor):
         # the plan its own positions again)
         positions = step.plan.positions.copy()
         positions[:owners] = np.array([[r.position] for r in requests])
-        step = replace(step, plan=replace(step.plan, positions=positions))
+        step = replaced(step, plan=replaced(step.plan, positions=positions))
         # (the walk writes the next anchors over these)
         growth, finish = self._launch_grown(requests, nodes, step, walk=TreeVerdict(
             self.target.engine, stride, owners, nodes + 1))

@@ -62,3 +62,13 @@ class Output:
     @property
     def token(self) -> int:
         return self.tokens[-1]
+
+
+def replaced(record, **changes):
+    """`dataclasses.replace` of a frozen dataclass without `__post_init__`, for the host's
+    time (a tree round replaces three): its fields copied, `changes` (fields it has) set,
+    without replace's checks and `__init__`."""
+    assert changes.keys() <= record.__dict__.keys(), f"not fields: {set(changes)}"
+    new = object.__new__(type(record))
+    new.__dict__.update(record.__dict__, **changes)
+    return new
