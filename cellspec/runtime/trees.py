@@ -126,10 +126,11 @@ def depths_of(parents: np.ndarray) -> np.ndarray:
 def walk(tree: DraftTree, drawn: np.ndarray) -> tuple[list[int], tuple[int, ...]]:
     """The accepted path's rows (the anchor's 0 first) and the cycle's tokens (the accepted
     nodes' then the draw after the last of them), given the target's draw at every row."""
-    children = {(int(p), int(t)): i + 1
-                for i, (p, t) in enumerate(zip(tree.parents[1:], tree.tokens))}
+    tokens = tree.tokens.tolist()  # (as Python ints: a round walks every owner's tree)
+    children = dict(zip(zip(tree.parents[1:].tolist(), tokens), range(1, len(tokens) + 1)))
+    drawn = np.asarray(drawn).tolist()
     path, row = [0], 0
-    while (child := children.get((row, int(drawn[row])))) is not None:
+    while (child := children.get((row, drawn[row]))) is not None:
         path.append(child)
         row = child
-    return path, (*(int(tree.tokens[i - 1]) for i in path[1:]), int(drawn[row]))
+    return path, (*(tokens[i - 1] for i in path[1:]), drawn[row])
