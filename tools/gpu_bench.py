@@ -12,6 +12,7 @@ take each row's argmax (or run the sampler graph) on the device and bring back t
     python tools/gpu_bench.py flips --draft DRAFT --prompts 200 --out DIR
     python tools/gpu_bench.py kernels --shapes A --batches 1,8 --out DIR  # CUDA kernels per step
     python tools/gpu_bench.py projections --shapes A,B --out DIR  # cuBLAS vs RowMatMul, by rows
+    python tools/gpu_bench.py summarize LOG...  # a log of the above, one line per row
 
 Shapes (random weights, float16): A = SmolLM2-135M; B = 8 Qwen3-8B-shaped Llama layers, vocab
 32000, untied (GenAI's shape B); C = Qwen3-8B (36 layers, q/k norm, vocab 151936).
@@ -1177,6 +1178,64 @@ def held_out_prompts(count: int) -> list[str]:
     return held_out_texts(count)
 
 
+def summary_line(row: dict, digits: int = 3) -> str:
+    """One line of a JSON row that a command printed: each scalar field as name=value (floats
+    rounded to `digits`), each dict of figures (ms_per_call, phases_ms_per_step) as
+    name={key: value}, where a value that is itself a dict keeps its ms_per_call (the
+    smollm2 rows'), and only calls made more than 100 times where it says; lists of numbers
+    (host probes) as their rounded values, other lists left out."""
+
+    def number(value):
+        return round(value, digits) if isinstance(value, float) else value
+
+    parts = []
+    for name, value in row.items():
+        if isinstance(value, dict):
+            figures = {}
+            for key, item in value.items():
+                if isinstance(item, dict):
+                    if item.get("calls", 101) <= 100:
+                        continue
+                    item = item.get("ms_per_call", next(
+                        (v for v in item.values() if isinstance(v, (int, float))), None))
+                if isinstance(item, (int, float)):
+                    figures[key] = number(item)
+            parts.append(f"{name}={figures}")
+        elif isinstance(value, list):
+            if value and all(isinstance(v, (int, float)) for v in value):
+                parts.append(f"{name}={[number(v) for v in value]}")
+        else:
+            parts.append(f"{name}={number(value)}")
+    return " ".join(parts)
+
+
+def summarize(lines, width: int = 400) -> Iterator[str]:
+    """A log's lines as a sitting's script shows them: each JSON row (a line starting with
+    "{", or "MODE {" as flips prints) as its summary_line; every other line not indented
+    (messages, errors' last lines) cut to `width` characters; indented lines (tracebacks'
+    frames, tables) and ONNX Runtime's plugin notices left out."""
+    for line in lines:
+        line = line.rstrip("\n")
+        head, brace, rest = line.partition("{")
+        if brace and (not head or (head.endswith(" ") and " " not in head.strip())):
+            try:
+                row = json.loads(brace + rest)
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict):
+                yield head + summary_line(row)
+                continue
+        if line and not line[0].isspace() and "plugin EP" not in line:
+            yield line[:width]
+
+
+def cmd_summarize(args) -> None:
+    for path in args.logs or [None]:
+        with contextlib.nullcontext(sys.stdin) if path is None else open(path) as lines:
+            for line in summarize(lines):
+                print(line)
+
+
 def write(path: Path, rows) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rows, indent=1))
@@ -1303,6 +1362,10 @@ def main() -> None:
     projections.add_argument("--runs", type=int, default=10)
     projections.add_argument("--variants", default="", help="more builds of the plugin to time, "
                              "NAME=FLAGS;... (e.g. w1024=-DROW_MIN_WARPS=1024)")
+    summary = commands.add_parser(
+        "summarize", help="a log of these commands as one line per row (the rows' figures "
+        "rounded) and its messages, for a sitting's scripts: gpu_bench.py summarize LOG...")
+    summary.add_argument("logs", nargs="*", type=Path, help="logs to read (default: stdin)")
     sampler = commands.add_parser("sampler")
     sampler.add_argument("--out", type=Path, required=True)
     sampler.add_argument("--rows", default="1,8,32,128")
@@ -1316,7 +1379,7 @@ def main() -> None:
     BACKEND[0] = args.backend
     {"steps": cmd_steps, "dflash": cmd_dflash, "smollm2": cmd_smollm2,
      "flips": cmd_flips, "kernels": cmd_kernels, "sampler": cmd_sampler,
-     "projections": cmd_projections}[args.command](args)
+     "projections": cmd_projections, "summarize": cmd_summarize}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -227,3 +227,35 @@ def test_tree_shapes_parse_nodes_and_choices_and_refuse_the_rest():
     assert smollm2_trees(argparse.Namespace(tree_nodes=None)) == [None]
     with pytest.raises(SystemExit, match="expected T or T:C"):
         smollm2_trees(argparse.Namespace(tree_nodes="15:x"))
+
+
+def test_summarize_gives_a_line_per_row_and_the_messages_not_the_tracebacks():
+    """`gpu_bench.py summarize`: a JSON row as its fields (floats rounded, per-call dicts as
+    their figures, a smollm2 row's calls made at most 100 times left out), a flips row after
+    its mode, messages cut to the width, indented lines and plugin notices dropped."""
+    from tools.gpu_bench import summarize
+
+    log = [
+        '[dflash C] plain step at batch 1: 5.707 ms\n',
+        '{"shape": "C", "batch": 1, "tree_choices": null, "cycle_ms": 7.4219855, '
+        '"ms_per_call": {"draft_block [1x16]": 1.32995, "static 1x16": 6.2790001}}\n',
+        '{"speculation": true, "tau": 3.465078, "host_probe_ms": [6.4064, 4.7275], '
+        '"ms_per_call": {"verify": {"calls": 900, "ms_per_call": 0.51234}, '
+        '"prefill": {"calls": 64, "ms_per_call": 3.0}}, "answers": [[1, 2], [3]]}\n',
+        'greedy {"flipped": 3, "of": 200}\n',
+        'Traceback (most recent call last):\n',
+        '  File "x.py", line 1, in <module>\n',
+        '2026 plugin EP notice\n',
+        'RuntimeError: ' + 'x' * 500 + '\n',
+        'a message with {braces} in it\n',
+    ]
+    assert list(summarize(log, width=40)) == [
+        "[dflash C] plain step at batch 1: 5.707 ",
+        "shape=C batch=1 tree_choices=None cycle_ms=7.422 ms_per_call={'draft_block [1x16]': "
+        "1.33, 'static 1x16': 6.279}",
+        "speculation=True tau=3.465 host_probe_ms=[6.406, 4.728] ms_per_call={'verify': 0.512}",
+        "greedy flipped=3 of=200",
+        "Traceback (most recent call last):",
+        "RuntimeError: " + "x" * 26,
+        "a message with {braces} in it",
+    ]
