@@ -290,24 +290,20 @@ def test_tree_defaults_follow_the_backend_and_the_draft(chat_dflash_artifact, mo
     assert tree_defaults("ort-cuda", folder, windowed, None, None) is None
 
 
-@pytest.mark.parametrize("value", [-1, True, 2.0, "7"])
-def test_bad_tree_nodes_are_refused_before_anything_loads(value, monkeypatch):
+@pytest.mark.parametrize("option, value, message", [
+    *(("tree_nodes", value, "tree_nodes") for value in (-1, True, 2.0, "7")),
+    *(("tree_choices", value, "tree_choices .*expected an int in \\[1, 4\\]")
+      for value in (0, 5, True, 1.0, "1")),
+    *(("lookup_tokens", value, "lookup_tokens") for value in (-1, True, 2.0, "8")),
+])
+def test_bad_speculation_options_are_refused_before_anything_loads(option, value, message,
+                                                                   monkeypatch):
     def no_export(*args, **kwargs):
-        raise AssertionError("resolved the model before checking tree_nodes")
+        raise AssertionError(f"resolved the model before checking {option}")
 
     monkeypatch.setattr("cellspec.llm.resolve_model", no_export)
-    with pytest.raises(InvalidArgument, match="tree_nodes"):
-        LLM("anything", tree_nodes=value)
-
-
-@pytest.mark.parametrize("value", [0, 5, True, 1.0, "1"])
-def test_bad_tree_choices_are_refused_before_anything_loads(value, monkeypatch):
-    def no_export(*args, **kwargs):
-        raise AssertionError("resolved the model before checking tree_choices")
-
-    monkeypatch.setattr("cellspec.llm.resolve_model", no_export)
-    with pytest.raises(InvalidArgument, match="tree_choices .*expected an int in \\[1, 4\\]"):
-        LLM("anything", tree_choices=value)
+    with pytest.raises(InvalidArgument, match=message):
+        LLM("anything", **{option: value})
 
 
 def test_tree_choices_need_trees_and_speculation(chat_dflash_artifact):
@@ -323,16 +319,6 @@ def test_trees_are_refused_where_they_cannot_be_exact(chat_dflash_artifact):
     with pytest.raises(InvalidArgument, match="tree_nodes is set, but speculation is off"):
         LLM(chat_dflash_artifact, max_sessions=2, speculation=False, tree_nodes=3)
     assert LLM(chat_dflash_artifact, max_sessions=2, tree_nodes=0).executor.tree_nodes is None
-
-
-@pytest.mark.parametrize("value", [-1, True, 2.0, "8"])
-def test_bad_lookup_tokens_are_refused_before_anything_loads(value, monkeypatch):
-    def no_export(*args, **kwargs):
-        raise AssertionError("resolved the model before checking lookup_tokens")
-
-    monkeypatch.setattr("cellspec.llm.resolve_model", no_export)
-    with pytest.raises(InvalidArgument, match="lookup_tokens"):
-        LLM("anything", lookup_tokens=value)
 
 
 def test_lookup_defaults_follow_the_backend(chat_dflash_artifact):
