@@ -4,7 +4,7 @@ source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-
 export CELLSPEC_CUDA_ATTENTION=cell CELLSPEC_CUDA_MMA_ATTENTION=1
 for side in grouped before; do
   if [ $side = grouped ]; then git apply bench/gpu-2026-12-05f/mma-grouped-passes.patch || exit 5
-  else git checkout -- cellspec/plugins; fi
+  else git apply -R bench/gpu-2026-12-05f/mma-grouped-passes.patch || exit 5; fi
   s=$(date +%s); python3 -m cellspec.plugins.build > $OUT/build-$side.log 2>&1 || { tail $OUT/build-$side.log; exit 4; }
   echo "$side: build $(( $(date +%s) - s )) s"
   if [ $side = grouped ]; then
