@@ -108,29 +108,39 @@ class TargetModel:
         row) where the logits are, or, with no draws, return the logits. `meanwhile` is called
         once every token's cell is the sequence's in the cache and the last run is queued,
         before its outputs come back (see Backend.run)."""
-        starts, lengths = runs_of(seq_ids)
-        assert len(set(seq_ids[starts].tolist())) == starts.size, "one run per sequence"
         rows = logit_indices.size
         logits = None if draws is not None else np.empty((rows, self.vocab_size), np.float32)
         drawn = np.empty(rows, np.int64) if draws is not None else None
         slot = np.full(seq_ids.size, -1, dtype=np.int64)  # token -> row-major slot in a piece
-        pieces = plan_pieces(lengths.tolist(), self.max_width)
-        for k, piece in enumerate(pieces):
-            index = piece_index(piece, starts)  # [S, Q] packed token of each slot
-            plan, shape = self._plan(seq_ids[index[:, 0]], piece.width)
+        pieces = self._pieces(seq_ids)
+        for k, (width, index) in enumerate(pieces):  # index [S, Q]: packed token of each slot
+            plan, shape = self._plan(seq_ids[index[:, 0]], width)
             slot[index] = (np.arange(index.shape[0])[:, None] * shape.width
-                           + np.arange(piece.width)[None, :])
-            here = np.flatnonzero(slot[logit_indices] >= 0)
+                           + np.arange(width)[None, :])
+            # the logits rows in this piece (every one where it is the only piece)
+            here = np.flatnonzero(slot[logit_indices] >= 0) if len(pieces) > 1 else slice(None)
             self.cache.commit_step(plan)  # the run only reads the plan
             out = self._run(plan, shape, tokens[index], slot[logit_indices[here]],
-                            draws.take(here) if draws is not None else None,
-                            meanwhile if k == len(pieces) - 1 else None)
+                            draws.take(here) if draws is not None and len(pieces) > 1
+                            else draws, meanwhile if k == len(pieces) - 1 else None)
             slot[index] = -1
             if draws is not None:
                 drawn[here] = out[DRAWN]
             else:
                 logits[here] = out[names.LOGITS]
         return ForwardResult(drawn, logits)
+
+    def _pieces(self, seq_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """The pieces of a step fed to seq_ids [T] (planner.plan_pieces): each one's width and
+        the packed token of each of its slots [S, Q]. A decode step (every sequence one token)
+        is one piece of width 1, found without planning."""
+        ids = seq_ids.tolist()
+        if len(set(ids)) == len(ids):
+            return [(1, _one_column(len(ids)))]
+        starts, lengths = runs_of(seq_ids)
+        assert len(set(seq_ids[starts].tolist())) == starts.size, "one run per sequence"
+        return [(piece.width, piece_index(piece, starts))
+                for piece in plan_pieces(lengths.tolist(), self.max_width)]
 
     def plan_tree(self, seq_ids: np.ndarray, width: int) -> TreeStep:
         """Plan a verify of `width` rows (at most the widest step) for each of seq_ids [O]
@@ -309,6 +319,14 @@ def _spread(draws: Draws, rows: np.ndarray, count: int) -> Draws:
     index[rows] = np.arange(rows.size)
     both = Draws.concat([draws, _greedy_draws(1)])
     return both.take(np.where(index >= 0, index, draws.num_rows))
+
+
+@lru_cache(maxsize=64)
+def _one_column(rows: int) -> np.ndarray:
+    """[rows, 1]: 0 .. rows - 1 (read-only: a decode step's slots, shared)."""
+    column = np.arange(rows, dtype=np.int64)[:, None]
+    column.flags.writeable = False
+    return column
 
 
 @lru_cache(maxsize=64)
