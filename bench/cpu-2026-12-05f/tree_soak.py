@@ -5,24 +5,34 @@ each prompt alone; checks the text and that no cell stays in use. The tests' tin
 draft accepts almost nothing, so this covers the refusals, the queueing and rejections, not long
 accepted paths (test_trees' TreeOracle does).
 
-    python bench/cpu-2026-12-05f/tree_soak.py SEED SECONDS
+    python bench/cpu-2026-12-05f/tree_soak.py SEED SECONDS [harness|ort-cpu]
+
+The plain text checked against: the harness's own plain decoding (the default, as the
+twenty-first sitting ran it), or ort-cpu's (exact by construction; the twenty-second sitting
+found every difference against the harness's plain text to be its rounding, not the trees').
 """
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from cellspec.runtime.dflash import DFlashExecutor
+from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import Sampling
 from tests.conftest import export_dflash
 from tests.runtime.test_dflash_oracle import spec_decode
 from tests.runtime.test_executor import prompts, run_alone
 from tests.runtime.test_trees import plain_on_tree_backend, queued_tree_backend, tree_backend
 
+shutil.rmtree("/tmp/treesoak/art", ignore_errors=True)  # made again, as every run made it
 art = export_dflash(Path("/tmp/treesoak/art"), static_widths=(1, 2, 4, 8), dynamic_width=32,
                     max_context=128, max_cells=512)
-plain = plain_on_tree_backend(art)
+against = sys.argv[3] if len(sys.argv) > 3 else "harness"
+if against not in ("harness", "ort-cpu"):
+    sys.exit(f"against {against!r}: harness or ort-cpu")
+plain = plain_on_tree_backend(art) if against == "harness" else Executor.load(art, max_sessions=4)
 rng = random.Random(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 deadline = time.time() + float(sys.argv[2]) if len(sys.argv) > 2 else time.time() + 600
 cases = fails = 0
