@@ -10,6 +10,7 @@ of cellspec.runtime.sampling, bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -48,6 +49,15 @@ class Draws:
     def concat(cls, parts: list[Draws]) -> Draws:
         return cls(*(np.concatenate([getattr(p, f) for p in parts])
                      for f in ("temperature", "top_p", "top_k", "uniform")))
+
+
+@lru_cache(maxsize=64)
+def greedy_draws(count: int) -> Draws:
+    """`count` greedy rows (shared, so read-only)."""
+    draws = make_draws([(0.0, 1.0, 0, 0.0)] * count)
+    for column in (draws.temperature, draws.top_p, draws.top_k, draws.uniform):
+        column.flags.writeable = False
+    return draws
 
 
 def make_draws(rows: list[tuple[float, float, int, float]]) -> Draws:

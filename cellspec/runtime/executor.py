@@ -21,7 +21,7 @@ from cellspec.artifact import Manifest
 from cellspec.errors import ExecutionFailed, InvalidArgument
 from cellspec.runtime.backend import Backend, check_backend, load_backend
 from cellspec.runtime.cell_cache import CellCache
-from cellspec.runtime.draws import Draws, make_draws
+from cellspec.runtime.draws import Draws, greedy_draws, make_draws
 from cellspec.runtime.sampling import positional_uniform
 from cellspec.runtime.sessions import Session, SessionTable
 from cellspec.runtime.target import ForwardResult, TargetModel
@@ -185,9 +185,13 @@ class Executor:
     def draws(self, sids: list[int], positions: list[int]) -> Draws:
         """How to draw each row: session sids[r]'s sampling, the uniform of positions[r] (the
         position the drawn token will occupy)."""
-        rows, known = [], {}  # a verify asks for each session's rows together
+        # (a verify asks for each session's rows together: each session looked up once)
+        known = {sid: self.sessions.get(sid) for sid in dict.fromkeys(sids)}
+        if all(s.sampling is not None and s.sampling.is_greedy for s in known.values()):
+            return greedy_draws(len(sids))  # (shared: every row argmax, no uniform)
+        rows = []
         for sid, position in zip(sids, positions):
-            session = known.get(sid) or known.setdefault(sid, self.sessions.get(sid))
+            session = known[sid]
             s = session.sampling
             assert s is not None
             uniform = 0.0 if s.is_greedy else positional_uniform(session.seed, position)

@@ -32,7 +32,7 @@ from cellspec.runtime.backend import (
     TreeVerdict,
 )
 from cellspec.runtime.cell_cache import CellCache, StepPlan
-from cellspec.runtime.draws import DRAWN, Draws, make_draws
+from cellspec.runtime.draws import DRAWN, Draws, greedy_draws
 from cellspec.runtime.planner import PieceShape, piece_index, plan_pieces, runs_of
 from cellspec.runtime.trees import ancestor_mask, depths_of
 
@@ -314,10 +314,10 @@ def tree_feeds(plan: StepPlan, tree: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def _spread(draws: Draws, rows: np.ndarray, count: int) -> Draws:
     """Draws for `count` rows: `draws` at `rows`, greedy elsewhere."""
     if draws.is_greedy:
-        return _greedy_draws(count)
+        return greedy_draws(count)
     index = np.full(count, -1, dtype=np.int64)
     index[rows] = np.arange(rows.size)
-    both = Draws.concat([draws, _greedy_draws(1)])
+    both = Draws.concat([draws, greedy_draws(1)])
     return both.take(np.where(index >= 0, index, draws.num_rows))
 
 
@@ -329,13 +329,6 @@ def _one_column(rows: int) -> np.ndarray:
     return column
 
 
-@lru_cache(maxsize=64)
-def _greedy_draws(count: int) -> Draws:
-    """`count` greedy rows (shared, so read-only)."""
-    draws = make_draws([(0.0, 1.0, 0, 0.0)] * count)
-    for column in (draws.temperature, draws.top_p, draws.top_k, draws.uniform):
-        column.flags.writeable = False
-    return draws
 
 
 def check_target_graph(manifest: Manifest, engine: Engine) -> None:
