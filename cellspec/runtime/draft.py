@@ -25,7 +25,7 @@ from cellspec.artifact import Manifest
 from cellspec.errors import InvalidArtifact
 from cellspec.runtime.backend import TAPS_POOL, Backend, Gather, Pools, TreeVerdict
 from cellspec.runtime.cell_cache import CellCache
-from cellspec.runtime.planner import PieceShape, piece_index, plan_pieces, runs_of
+from cellspec.runtime.planner import PieceShape, step_pieces
 from cellspec.runtime.target import MethodStats, check_pools
 
 
@@ -57,23 +57,21 @@ class DraftModel:
         draft frontier. `positions` [C]: each token's rotary position where it is not its
         cell's (a tree's rows, committed in row order at positions p + depth; keep_path then
         keeps the accepted ones), else the cells' consecutive positions."""
-        starts, lengths = runs_of(seq_ids)
-        for piece in plan_pieces(lengths.tolist(), self.max_width):
-            index = piece_index(piece, starts)  # [S, Q]
+        for width, index in step_pieces(seq_ids, self.max_width):  # index [S, Q]
             rows = len(index)
             # padded to the backend's shape (a static one replays as a CUDA graph): padding
             # slots read the taps' scratch cell and write the draft's
-            shape = self.policy.shape(rows, piece.width, 0)
-            plan = self.cache.declare_step(seq_ids[index[:, 0]], [piece.width] * rows,
-                                           shape.width, rows=shape.rows)
+            shape = self.policy.shape(rows, width, 0)
+            plan = self.cache.declare_step(seq_ids[index[:, 0]], [width] * rows, shape.width,
+                                           rows=shape.rows)
             read = np.full((shape.rows, shape.width), self.cache.scratch_cell, np.int64)
-            read[:rows, : piece.width] = cells[index]
+            read[:rows, :width] = cells[index]
             hidden = Gather(names.HIDDEN, taps, TAPS_POOL, read)
             self.cache.commit_step(plan)  # the run only reads the plan
             fed = plan.positions
             if positions is not None:
                 fed = plan.positions.copy()
-                fed[:rows, : piece.width] = positions[index]
+                fed[:rows, :width] = positions[index]
             self._run(self.context, f"draft_context {shape.label}", int(index.size),
                       {names.POSITIONS: fed}, [], plan.cells, gather=hidden,
                       static=shape.is_static)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -48,6 +49,31 @@ def plan_pieces(lengths: Sequence[int], max_width: int) -> list[Piece]:
                 by_count.setdefault(count, []).append(Chunk(run, start, count))
         pieces += [Piece(count, tuple(chunks)) for count, chunks in by_count.items()]
     return pieces
+
+
+def step_pieces(seq_ids: np.ndarray, max_width: int) -> list[tuple[int, np.ndarray]]:
+    """The pieces of a step fed to seq_ids [T] (one run per sequence), as plan_pieces cuts
+    them: each one's width and the packed token of each of its slots [S, Q]. A decode step
+    (every sequence one token) and one sequence's run of at most max_width tokens (a drain) are
+    one piece each, found without planning."""
+    ids = seq_ids.tolist()
+    distinct = len(set(ids))
+    if distinct == len(ids):
+        return [(1, _slots(len(ids), 1))]
+    if distinct == 1 and len(ids) <= max_width:
+        return [(len(ids), _slots(1, len(ids)))]
+    starts, lengths = runs_of(seq_ids)
+    assert len(set(seq_ids[starts].tolist())) == starts.size, "one run per sequence"
+    return [(piece.width, piece_index(piece, starts))
+            for piece in plan_pieces(lengths.tolist(), max_width)]
+
+
+@lru_cache(maxsize=256)
+def _slots(rows: int, width: int) -> np.ndarray:
+    """[rows, width]: the packed tokens 0 .. rows * width - 1 in row order (read-only, shared)."""
+    slots = np.arange(rows * width, dtype=np.int64).reshape(rows, width)
+    slots.flags.writeable = False
+    return slots
 
 
 def runs_of(seq_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

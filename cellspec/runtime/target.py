@@ -14,7 +14,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ from cellspec.runtime.backend import (
 )
 from cellspec.runtime.cell_cache import CellCache, StepPlan
 from cellspec.runtime.draws import DRAWN, Draws, greedy_draws
-from cellspec.runtime.planner import PieceShape, piece_index, plan_pieces, runs_of
+from cellspec.runtime.planner import PieceShape, step_pieces
 from cellspec.runtime.trees import ancestor_mask, depths_of
 
 
@@ -112,7 +111,7 @@ class TargetModel:
         logits = None if draws is not None else np.empty((rows, self.vocab_size), np.float32)
         drawn = np.empty(rows, np.int64) if draws is not None else None
         slot = np.full(seq_ids.size, -1, dtype=np.int64)  # token -> row-major slot in a piece
-        pieces = self._pieces(seq_ids)
+        pieces = step_pieces(seq_ids, self.max_width)
         for k, (width, index) in enumerate(pieces):  # index [S, Q]: packed token of each slot
             plan, shape = self._plan(seq_ids[index[:, 0]], width)
             slot[index] = (np.arange(index.shape[0])[:, None] * shape.width
@@ -129,18 +128,6 @@ class TargetModel:
             else:
                 logits[here] = out[names.LOGITS]
         return ForwardResult(drawn, logits)
-
-    def _pieces(self, seq_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        """The pieces of a step fed to seq_ids [T] (planner.plan_pieces): each one's width and
-        the packed token of each of its slots [S, Q]. A decode step (every sequence one token)
-        is one piece of width 1, found without planning."""
-        ids = seq_ids.tolist()
-        if len(set(ids)) == len(ids):
-            return [(1, _one_column(len(ids)))]
-        starts, lengths = runs_of(seq_ids)
-        assert len(set(seq_ids[starts].tolist())) == starts.size, "one run per sequence"
-        return [(piece.width, piece_index(piece, starts))
-                for piece in plan_pieces(lengths.tolist(), self.max_width)]
 
     def plan_tree(self, seq_ids: np.ndarray, width: int) -> TreeStep:
         """Plan a verify of `width` rows (at most the widest step) for each of seq_ids [O]
@@ -319,14 +306,6 @@ def _spread(draws: Draws, rows: np.ndarray, count: int) -> Draws:
     index[rows] = np.arange(rows.size)
     both = Draws.concat([draws, greedy_draws(1)])
     return both.take(np.where(index >= 0, index, draws.num_rows))
-
-
-@lru_cache(maxsize=64)
-def _one_column(rows: int) -> np.ndarray:
-    """[rows, 1]: 0 .. rows - 1 (read-only: a decode step's slots, shared)."""
-    column = np.arange(rows, dtype=np.int64)[:, None]
-    column.flags.writeable = False
-    return column
 
 
 

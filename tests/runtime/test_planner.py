@@ -2,9 +2,19 @@
 
 import itertools
 
+import numpy as np
 import pytest
 
-from cellspec.runtime.planner import Chunk, Piece, PieceShape, ShapePolicy, plan_pieces
+from cellspec.runtime.planner import (
+    Chunk,
+    Piece,
+    PieceShape,
+    ShapePolicy,
+    piece_index,
+    plan_pieces,
+    runs_of,
+    step_pieces,
+)
 
 
 @pytest.mark.parametrize("max_width", [1, 3, 8])
@@ -19,6 +29,24 @@ def test_pieces_cover_every_token_once_in_order(max_width):
                 seen[chunk.run] += range(chunk.start, chunk.start + chunk.count)
         # each run's tokens in order: a chunk runs after the chunk before it
         assert seen == {run: list(range(n)) for run, n in enumerate(lengths)}
+
+
+@pytest.mark.parametrize("max_width", [1, 3, 16])
+def test_step_pieces_are_the_planned_pieces(max_width):
+    """step_pieces' shortcuts (a decode step, one sequence's run) give what planning gives: each
+    piece's width and the packed token of each slot, for every packing of runs of these
+    lengths over shuffled sequence ids."""
+    rng = np.random.default_rng(0)
+    for lengths in [(1,), (1,) * 8, (5,), (16,), (17,), (3, 3), (1, 4, 1), (20, 1, 2)]:
+        sids = rng.permutation(40)[: len(lengths)]
+        seq_ids = np.repeat(sids, lengths).astype(np.int64)
+        starts, runs = runs_of(seq_ids)
+        planned = [(piece.width, piece_index(piece, starts))
+                   for piece in plan_pieces(runs.tolist(), max_width)]
+        got = step_pieces(seq_ids, max_width)
+        assert [width for width, _ in got] == [width for width, _ in planned]
+        for (_, index), (_, expected) in zip(got, planned):
+            assert index.tolist() == expected.tolist()
 
 
 def test_exact_pieces():
