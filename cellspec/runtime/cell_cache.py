@@ -129,8 +129,7 @@ class CellCache:
         rows = cells[start:]
         tail = rows.tolist()  # a verify's rows: a few, so as Python ints
         keep = list(keep)
-        if not (all(type(k) is int for k in keep)
-                or all(isinstance(k, (int, np.integer)) for k in keep)) or (keep and (
+        if any(not isinstance(k, (int, np.integer)) for k in keep) or (keep and (
                 keep[0] < 0 or keep[-1] >= len(tail)
                 or any(b <= a for a, b in zip(keep, keep[1:])))):
             raise InvalidArgument(f"seq {seq}: path offsets {keep}: expected increasing "

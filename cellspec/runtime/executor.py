@@ -222,13 +222,10 @@ class Executor:
             raise InvalidArgument("batch: expected a non-empty sequence of BatchInput")
         seen: set[int] = set()
         checked = []
-        open_sessions = self.sessions.sessions
         for item in batch:
             if not isinstance(item, BatchInput):
                 raise InvalidArgument(f"batch item {item!r}: expected a BatchInput")
-            session = open_sessions.get(item.sid) if type(item.sid) is int else None
-            if session is None or session.is_poisoned:
-                session = self.sessions.get(item.sid)  # raises, saying why
+            session = self.sessions.get(item.sid)
             if item.sid in seen:
                 raise InvalidArgument(f"session {item.sid}: two inputs in one batch")
             seen.add(item.sid)

@@ -77,6 +77,9 @@ class SessionTable:
         return session
 
     def get(self, sid: int, allow_poisoned: bool = False) -> Session:
+        session = self.sessions.get(sid) if type(sid) is int else None
+        if session is not None and not session.is_poisoned:  # the usual case: one lookup
+            return session
         if isinstance(sid, bool) or not isinstance(sid, int):
             raise InvalidArgument(f"session id {sid!r}: expected an int")
         session = self.sessions.get(sid)

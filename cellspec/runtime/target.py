@@ -112,16 +112,17 @@ class TargetModel:
         drawn = np.empty(rows, np.int64) if draws is not None else None
         slot = np.full(seq_ids.size, -1, dtype=np.int64)  # token -> row-major slot in a piece
         pieces = step_pieces(seq_ids, self.max_width)
+        several = len(pieces) > 1
         for k, (width, index) in enumerate(pieces):  # index [S, Q]: packed token of each slot
             plan, shape = self._plan(seq_ids[index[:, 0]], width)
             slot[index] = (np.arange(index.shape[0])[:, None] * shape.width
                            + np.arange(width)[None, :])
             # the logits rows in this piece (every one where it is the only piece)
-            here = np.flatnonzero(slot[logit_indices] >= 0) if len(pieces) > 1 else slice(None)
+            here = np.flatnonzero(slot[logit_indices] >= 0) if several else slice(None)
             self.cache.commit_step(plan)  # the run only reads the plan
             out = self._run(plan, shape, tokens[index], slot[logit_indices[here]],
-                            draws.take(here) if draws is not None and len(pieces) > 1
-                            else draws, meanwhile if k == len(pieces) - 1 else None)
+                            draws.take(here) if draws is not None and several else draws,
+                            meanwhile if k == len(pieces) - 1 else None)
             slot[index] = -1
             if draws is not None:
                 drawn[here] = out[DRAWN]
@@ -306,8 +307,6 @@ def _spread(draws: Draws, rows: np.ndarray, count: int) -> Draws:
     index[rows] = np.arange(rows.size)
     both = Draws.concat([draws, greedy_draws(1)])
     return both.take(np.where(index >= 0, index, draws.num_rows))
-
-
 
 
 def check_target_graph(manifest: Manifest, engine: Engine) -> None:
