@@ -29,8 +29,8 @@ from cellspec.manifest_fields import (
     short,
 )
 
-FORMAT_VERSION = 3  # 2: per-sequence attention (cell tables), fused ops, 4-bit weights;
-# 3: draft_block reads out only the proposal rows (proposal_rows)
+FORMAT_VERSION = 4  # 2: per-sequence attention (cell tables), fused ops, 4-bit weights;
+# 3: draft_block reads out only the proposal rows (proposal_rows); 4: TOP_K 4 -> 8
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.bin"
 TOKENIZER_NAME = "tokenizer.json"
@@ -52,7 +52,7 @@ HIDDEN = "hidden"  # draft_context input: [S, Q, n_taps * hidden]
 PROPOSAL_ROWS = "proposal_rows"  # draft_block input: int64 [P], the block positions read out
 PROPOSALS = "proposals"  # draft_block output: int64 [O * P], each row read out's argmax
 TOP_IDS = "top_ids"  # draft_block output: int64 [O * P, TOP_K], each row's best ids, best first
-TOP_K = 4  # the choices of each block row draft_block gives (a tree's branches at most)
+TOP_K = 8  # the choices of each block row draft_block gives (a tree's branches at most)
 TOP_LOGP = "top_logp"  # draft_block output: float32 [O * P, TOP_K], their log-probabilities
 PARAMS = "params"  # sample: [R, 4]; verify: [O, 3 + W] float32
 CANDIDATES = "candidates"  # verify inputs: [O, W] int64, anchor then proposals

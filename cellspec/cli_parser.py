@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cellspec import __version__
-from cellspec.artifact import DTYPES
+from cellspec.artifact import DTYPES, TOP_K
 
 
 class UsageError(Exception):
@@ -169,8 +169,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "the one backend that verifies trees exactly, else chains)")
     parser.add_argument("--tree-choices", type=int, metavar="C",
                         help="grow each tree from the first C of the draft's choices per row "
-                        "(1..4; default: all 4; 1: the chain of first choices, queued on the "
-                        "device as a tree is)")
+                        f"(1..{TOP_K}; default: all {TOP_K}; 1: the chain of first choices, "
+                        "queued on the device as a tree is)")
     parser.add_argument("--lookup-tokens", type=int, metavar="N",
                         help="after the draft's proposals, verify up to N more tokens looked up "
                         "in the request's own text: what followed the latest earlier "

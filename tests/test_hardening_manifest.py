@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cellspec.artifact import Manifest
+from cellspec.artifact import FORMAT_VERSION, Manifest
 from cellspec.errors import InvalidArtifact
 
 LAYER = {"kv_heads": 2, "head_dim": 16, "window": 0}
@@ -27,7 +27,7 @@ MANIFEST = {
     "engines": [{"graph": "argmax.onnx", "path": "argmax.sm80.plan",
                  "compute_capability": "sm80", "profiles": [{"R": [1, 1, 8]}]}],
     "weights": "weights.bin",
-    "format_version": 3,
+    "format_version": FORMAT_VERSION,
 }
 
 

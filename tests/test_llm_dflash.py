@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from cellspec.artifact import TOP_K
 from cellspec.errors import InvalidArgument
 from cellspec.llm import LLM, SamplingParams
 from cellspec.runtime.dflash import DFlashExecutor
@@ -292,8 +293,8 @@ def test_tree_defaults_follow_the_backend_and_the_draft(chat_dflash_artifact, mo
 
 @pytest.mark.parametrize("option, value, message", [
     *(("tree_nodes", value, "tree_nodes") for value in (-1, True, 2.0, "7")),
-    *(("tree_choices", value, "tree_choices .*expected an int in \\[1, 4\\]")
-      for value in (0, 5, True, 1.0, "1")),
+    *(("tree_choices", value, f"tree_choices .*expected an int in \\[1, {TOP_K}\\]")
+      for value in (0, TOP_K + 1, True, 1.0, "1")),
     *(("lookup_tokens", value, "lookup_tokens") for value in (-1, True, 2.0, "8")),
 ])
 def test_bad_speculation_options_are_refused_before_anything_loads(option, value, message,

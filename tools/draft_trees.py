@@ -13,11 +13,13 @@ of (the longest prefix of the followed text that the strategy verified) + 1.
   choice, added one at a time by the most expected accepted length under the rows'
   distributions (k x (n + 1) rows).
 - tree B: at most B nodes grown best-first from the anchor by the product of the rows'
-  probabilities (a node's children: its row's top 4), depth at most --tree-depth (B + 1 rows
+  probabilities (a node's children: its row's top TOP_K, or its first C with --tree-choices:
+  'tree B:C'), depth at most --tree-depth (B + 1 rows
   if a row could see only its ancestors; as paths of the step, leaves x (deepest + 1)).
 
     python tools/draft_trees.py ARTIFACT [--prompts 48] [--tokens 128] [--n-draft 15]
         [--temperature 0.7 --top-p 0.9] [--by-category] [--chains 3,7] [--trees 7,15,31]
+        [--tree-choices 4]
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--chains", default="3,7", help="chain lengths to report (and "
                         "--n-draft's)")
     parser.add_argument("--trees", default="7,15,31", help="tree sizes (nodes) to report")
+    parser.add_argument("--tree-choices", default=None, help="also trees from each row's "
+                        "first C choices, for each C of this list (reported as 'tree B:C'; "
+                        "the plain 'tree B' takes all of the runtime's TOP_K)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="> 0: answers drawn (seed 5, --top-p); a tree's acceptance follows "
@@ -51,8 +56,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--by-category", action="store_true",
                         help="also tau per prompt category (chain 7 and the trees)")
     args = parser.parse_args()
-    if args.prompts < 1 or args.tokens < 1 or args.top < 4 or args.tree_depth < 1:
-        parser.error("--prompts and --tokens must be >= 1, --top >= 4, --tree-depth >= 1")
+    from cellspec.artifact import TOP_K
+
+    if args.prompts < 1 or args.tokens < 1 or args.top < TOP_K or args.tree_depth < 1:
+        parser.error(f"--prompts and --tokens must be >= 1, --top >= {TOP_K}, --tree-depth >= 1")
+    try:
+        args.tree_choices = [int(c) for c in args.tree_choices.split(",")] if (
+            args.tree_choices) else []
+    except ValueError:
+        parser.error(f"--tree-choices {args.tree_choices!r}: expected ints, e.g. 4,8")
+    if not all(1 <= c <= args.top for c in args.tree_choices):
+        parser.error(f"--tree-choices: each in 1..--top ({args.top})")
     return args
 
 
@@ -172,15 +186,18 @@ def one_change_paths(top: np.ndarray, probs: np.ndarray, k: int, n: int) -> set[
     return chosen
 
 
-def tree(top: np.ndarray, probs: np.ndarray, budget: int, depth: int) -> set[tuple[int, ...]]:
+def tree(top: np.ndarray, probs: np.ndarray, budget: int, depth: int,
+         choices: int | None = None) -> set[tuple[int, ...]]:
     """At most `budget` nodes, best first by the product of the rows' probabilities (each
-    node's children its row's top 4, at most `depth` deep): the runtime's tree
-    (cellspec.runtime.trees.grow_tree), as the token paths of its nodes."""
+    node's children its row's first `choices` (default: the runtime's TOP_K), at most `depth`
+    deep): the runtime's tree (cellspec.runtime.trees.grow_tree), as the token paths of its
+    nodes."""
+    from cellspec.artifact import TOP_K
     from cellspec.runtime.trees import grow_tree
 
-    rows = min(depth, len(top))
+    rows, k = min(depth, len(top)), choices or TOP_K
     with np.errstate(divide="ignore"):  # a probability of 0 is a logp of -inf: never first
-        grown = grow_tree(top[:rows, :4], np.log(probs[:rows, :4]), budget)
+        grown = grow_tree(top[:rows, :k], np.log(probs[:rows, :k]), budget)
     paths: dict[int, tuple[int, ...]] = {0: ()}
     for row in range(1, grown.rows):
         paths[row] = paths[int(grown.parents[row])] + (int(grown.tokens[row - 1]),)
@@ -226,6 +243,9 @@ def main() -> None:
                tree(top, probs, b, depth), budget + 1)
         report(f"tree {budget} (as paths)", lambda top, probs, b=budget:
                tree(top, probs, b, depth), as_rectangle)
+        for c in args.tree_choices:
+            report(f"tree {budget}:{c} (as a tree)", lambda top, probs, b=budget, c=c:
+                   tree(top, probs, b, depth, c), budget + 1)
     if args.by_category:  # tau per prompt category of the chain of 7 and the trees
         columns = [c for c in ("chain 7", "tree 7 (as a tree)", "tree 15 (as a tree)",
                                "tree 31 (as a tree)") if c in next(iter(by_category.values()))]

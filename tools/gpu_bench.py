@@ -775,14 +775,16 @@ def smollm2_trees(args) -> list[tuple[int, int | None] | None]:
 
 def dflash_trees(args) -> list[tuple[int, int | None]]:
     """dflash's --tree-nodes (tree_shapes): 0 = chains of 15 proposals, T = trees of T (2..15)
-    from every choice of a block row, T:C from its first C (1..4; 15:1 = the chain of first
-    choices grown and queued as a tree)."""
+    from every choice of a block row, T:C from its first C (1..TOP_K; 15:1 = the chain of
+    first choices grown and queued as a tree)."""
+    from cellspec import artifact as names
+
     trees = tree_shapes(args.tree_nodes)
     for nodes, choices in trees:
         if not (nodes == 0 and choices is None or 2 <= nodes <= 15
-                and (choices is None or 1 <= choices <= 4)):
+                and (choices is None or 1 <= choices <= names.TOP_K)):
             raise SystemExit(f"--tree-nodes {args.tree_nodes!r}: expected 0 (chains), 2..15 "
-                             "or T:C (C choices a row, 1..4), e.g. 0,15,15:1")
+                             f"or T:C (C choices a row, 1..{names.TOP_K}), e.g. 0,15,15:1")
     return trees
 
 

@@ -2,9 +2,11 @@
 # (mma-grouped-passes.patch), tested and timed on shape B against the kernel without it, one call
 source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-include TQDM_DISABLE=1 PYTHONUNBUFFERED=1; mkdir -p $OUT
 export CELLSPEC_CUDA_ATTENTION=cell CELLSPEC_CUDA_MMA_ATTENTION=1
-for side in grouped before; do
-  if [ $side = grouped ]; then git apply bench/gpu-2026-12-05f/mma-grouped-passes.patch || exit 5
-  else git apply -R bench/gpu-2026-12-05f/mma-grouped-passes.patch || exit 5; fi
+P=bench/gpu-2026-12-05f/mma-grouped-passes.patch
+# SIDES="grouped" or "before" splits the two sides over two calls (each call gets a fresh copy of the tree)
+for side in ${SIDES:-grouped before}; do
+  if [ $side = grouped ]; then patch -p1 --forward < $P > /dev/null || exit 5
+  elif patch -p1 -R --dry-run < $P > /dev/null 2>&1; then patch -p1 -R < $P > /dev/null || exit 5; fi
   s=$(date +%s); python3 -m cellspec.plugins.build > $OUT/build-$side.log 2>&1 || { tail $OUT/build-$side.log; exit 4; }
   echo "$side: build $(( $(date +%s) - s )) s"
   if [ $side = grouped ]; then

@@ -773,7 +773,7 @@ def test_a_pool_without_room_for_the_next_verify_queues_it_after_the_walk(dflash
 
 
 class TreeOracle:
-    """Each block row's 4 choices: the target's own next token at the rank `ranks` gives
+    """Each block row's TOP_K choices: the target's own next token at the rank `ranks` gives
     (cycling; None: absent), other tokens around it, log-probabilities falling by rank."""
 
     def __init__(self, truth: dict[int, list[int]], ranks: list[int | None]):
@@ -791,7 +791,8 @@ class TreeOracle:
                 if rank is not None:
                     row = others[: rank] + [true] + others[rank: names.TOP_K - 1]
                 ids[o, d] = row
-        logp = np.log(np.array([0.5, 0.25, 0.15, 0.1]))
+        falling = [0.5, 0.25, 0.15, 0.1] + [0.1 / 2 ** r for r in range(1, names.TOP_K - 3)]
+        logp = np.log(np.array(falling[: names.TOP_K]))
         return ids, np.broadcast_to(logp, ids.shape).copy()
 
     def propose(self, requests, n_draft):  # the chain a tree's first choices make
@@ -831,7 +832,8 @@ def test_tree_nodes_refusals(dflash_artifact):
                                 tree_nodes=value)
     with pytest.raises(InvalidArgument, match="backend ort-cpu cannot verify a tree"):
         DFlashExecutor.load(dflash_artifact, tree_nodes=3)
-    for value, match in [(0, "expected an int in \\[1, 4\\]"), (5, "expected an int"),
+    for value, match in [(0, f"expected an int in \\[1, {names.TOP_K}\\]"),
+                         (names.TOP_K + 1, "expected an int"),
                          (True, "expected an int"), ("1", "expected an int")]:
         with pytest.raises(InvalidArgument, match=match):
             DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),

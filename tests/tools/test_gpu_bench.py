@@ -211,7 +211,7 @@ def test_a_cycles_floor_counts_each_graphs_weights_once_and_no_gathered_embeddin
 
 def test_tree_shapes_parse_nodes_and_choices_and_refuse_the_rest():
     """dflash's and smollm2's --tree-nodes: T or T:C (each row's first C choices); dflash takes
-    0 (chains) or trees of 2..15 proposals with 1..4 choices, smollm2 leaves the checks to
+    0 (chains) or trees of 2..15 proposals with 1..TOP_K choices, smollm2 leaves the checks to
     the LLM and keeps its default where the option is not given."""
     import argparse
 
@@ -219,7 +219,7 @@ def test_tree_shapes_parse_nodes_and_choices_and_refuse_the_rest():
 
     assert dflash_trees(argparse.Namespace(tree_nodes="0,15,15:1")) == [
         (0, None), (15, None), (15, 1)]
-    for bad in ["1", "16", "0:1", "15:0", "15:5", "x", "15:"]:
+    for bad in ["1", "16", "0:1", "15:0", "15:9", "x", "15:"]:
         with pytest.raises(SystemExit, match="--tree-nodes"):
             dflash_trees(argparse.Namespace(tree_nodes=bad))
     assert smollm2_trees(argparse.Namespace(tree_nodes="0,7,15:2")) == [
