@@ -776,8 +776,9 @@ class TreeOracle:
     """Each block row's TOP_K choices: the target's own next token at the rank `ranks` gives
     (cycling; None: absent), other tokens around it, log-probabilities falling by rank."""
 
-    def __init__(self, truth: dict[int, list[int]], ranks: list[int | None]):
-        self.truth, self.ranks, self.calls = truth, ranks, 0
+    def __init__(self, truth: dict[int, list[int]], ranks: list[int | None],
+                 falling: bool = True):
+        self.truth, self.ranks, self.calls, self.falling = truth, ranks, 0, falling
 
     def propose_choices(self, requests, n_draft):
         ids = np.zeros((len(requests), n_draft, names.TOP_K), np.int64)
@@ -792,7 +793,8 @@ class TreeOracle:
                     row = others[: rank] + [true] + others[rank: names.TOP_K - 1]
                 ids[o, d] = row
         falling = [0.5, 0.25, 0.15, 0.1] + [0.1 / 2 ** r for r in range(1, names.TOP_K - 3)]
-        logp = np.log(np.array(falling[: names.TOP_K]))
+        logp = np.log(np.array(falling[: names.TOP_K] if self.falling else
+                               [1 / names.TOP_K] * names.TOP_K))  # else: every choice alike
         return ids, np.broadcast_to(logp, ids.shape).copy()
 
     def propose(self, requests, n_draft):  # the chain a tree's first choices make
@@ -822,6 +824,32 @@ def test_a_tree_accepts_what_a_chain_of_first_choices_rejects(dflash_artifact, s
     # a chain stops at the first row whose truth is not ranked first; the tree's 7 nodes
     # reach the second and third choices
     assert accepted["tree"] > accepted["chain"] + 0.3
+
+
+def test_a_tree_reaches_past_the_fourth_choice_only_with_all_of_them(dflash_artifact):
+    """Every row's choices equally likely and the truth always 6th: a tree of 7 is then the 7
+    first-row choices (a second row's node scores lower), so it accepts a token every cycle
+    from all TOP_K = 8 choices, and none from the first 4 (format 3's TOP_K) or as a chain.
+    The text is plain decoding's in each."""
+    assert names.TOP_K >= 6
+    plain = plain_on_tree_backend(dflash_artifact)
+    texts = prompts(2, seed=13)
+    steps = 16
+    expected = [run_alone(plain, p, GREEDY, seed=0, steps=steps + 12) for p in texts]
+    accepted = {}
+    for kind, nodes, choices in (("all", 7, None), ("4", 7, 4), ("chain", None, None)):
+        oracle = TreeOracle({}, [5], falling=False)
+        spec = DFlashExecutor.load(dflash_artifact, backend=tree_backend(dflash_artifact),
+                                   max_sessions=4, proposer=oracle, n_draft=4,
+                                   tree_nodes=nodes, tree_choices=choices)
+        sids = [spec.open_session() for _ in texts]
+        for i, sid in enumerate(sids):
+            spec.set_sampling(sid, GREEDY, 0)
+            oracle.truth[sid] = list(texts[i]) + expected[i]
+        assert spec_decode(spec, sids, texts, steps) == [e[:steps] for e in expected]
+        accepted[kind] = spec.stats.accepted / spec.stats.cycles
+    assert accepted["all"] == 1.0
+    assert accepted["4"] == accepted["chain"] == 0.0
 
 
 def test_tree_nodes_refusals(dflash_artifact):
