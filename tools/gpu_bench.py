@@ -250,25 +250,39 @@ def _time_chains(executor, sids: list[int], rng, context: int, steps: int, chain
 
     calls = max(1, steps // chain)
     prompt = context - (calls + 1) * chain - 1
-    outs = executor.execute([BatchInput(s, tuple(rng.integers(3, 1000, prompt).tolist()), 0)
+    top = min(1000, executor.vocab_size)  # random ids of a real vocabulary's common range
+    outs = executor.execute([BatchInput(s, tuple(rng.integers(3, top, prompt).tolist()), 0)
                              for s in sids])
     tokens = [o.token for o in outs]
-    backend, times = executor.backend, []
+    backend, times, intervals = executor.backend, [], []
+    arrivals: list[float] = []  # when each step's tokens reached the caller (on_step)
+
+    def arrived(step_tokens: list[int]) -> bool:
+        arrivals.append(time.perf_counter())
+        return False
+
     for k in range(calls + 1):  # the first chain warms up (its graphs are captured)
         if k == 1:
             _reset(backend)
+        arrivals.clear()
         start = time.perf_counter()
         outs = executor.decode([BatchInput(s, (t,), executor.pos(s))
-                                for s, t in zip(sids, tokens)], chain)
+                                for s, t in zip(sids, tokens)], chain, on_step=arrived)
         if k:
             times.append((time.perf_counter() - start) / chain)
+            intervals += [b - a for a, b in zip(arrivals, arrivals[1:])]
         tokens = [o.tokens[-1] for o in outs]
     for sid in sids:
         executor.close_session(sid)
     step = statistics.median(times)
     phases = {k: 1e3 * v / (calls * chain) for k, v in getattr(backend, "timings", {}).items()}
+    # token_interval: between one step's tokens reaching the caller and the next's, every
+    # token handed over as its step ends (as LLM.stream gets them) while the host plans ahead
     return {"batch": len(sids), "context": context, "chain": chain, "step_ms": 1e3 * step,
             "step_p90_ms": 1e3 * sorted(times)[int(0.9 * len(times))],
+            "token_interval_ms": 1e3 * statistics.median(intervals) if intervals else None,
+            "token_interval_p90_ms": 1e3 * sorted(intervals)[int(0.9 * len(intervals))]
+            if intervals else None, "intervals": len(intervals),
             "phases_ms_per_step": phases, "tokens_per_s": len(sids) / step}
 
 

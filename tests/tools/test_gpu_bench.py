@@ -147,6 +147,29 @@ def test_time_decode_runs_only_the_timed_steps_inside_around(dflash_artifact):
     assert row["batch"] == 1 and row["step_ms"] > 0
 
 
+def test_chained_steps_time_each_tokens_arrival_at_the_caller(dflash_artifact):
+    """--chains k times `Executor.decode` chains with every step's tokens handed to the caller
+    as they are known (on_step, as LLM.stream gets them): k - 1 intervals a timed chain, and
+    the chains decode what one-step calls do."""
+    from cellspec.runtime.executor import Executor
+    from cellspec.runtime.types import BatchInput, Sampling
+    from tools.gpu_bench import time_decode
+
+    executor = Executor.load(dflash_artifact, max_sessions=2)
+    row = time_decode(executor, 2, 64, 8, chain=4)  # 2 timed chains after a warm-up one
+    assert row["chain"] == 4 and row["intervals"] == 2 * 3
+    assert 0 < row["token_interval_ms"] <= row["token_interval_p90_ms"]
+    sid = executor.open_session()
+    executor.set_sampling(sid, Sampling(), 1)
+    chained = executor.decode([BatchInput(sid, (5,), 0)], 6)[0].tokens
+    executor.rewind(sid, 0)
+    alone = [executor.execute([BatchInput(sid, (5,), 0)])[0].token]
+    for _ in range(5):
+        alone.append(executor.execute([BatchInput(sid, (alone[-1],), executor.pos(sid))])[0]
+                     .token)
+    assert list(chained) == alone
+
+
 def test_kernel_rows_are_launches_and_microseconds_a_run_longest_first():
     import torch
 
