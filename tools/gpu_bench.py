@@ -214,10 +214,7 @@ def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
     if chain > 1:
         return _time_chains(executor, sids, rng, context, steps, chain)
     prompt = context - steps - warmup
-    top = min(1000, executor.vocab_size)  # random ids of a real vocabulary's common range
-    outs = executor.execute([BatchInput(s, tuple(rng.integers(3, top, prompt).tolist()), 0)
-                             for s in sids])
-    tokens = [o.token for o in outs]
+    tokens = _prefill_random(executor, sids, rng, prompt)
     backend = executor.backend
     times, engine_seconds = [], []
     for _ in range(warmup):
@@ -238,7 +235,7 @@ def time_decode(executor, batch: int, context: int, steps: int, warmup: int = 3,
     step = statistics.median(times)
     phases = {k: 1e3 * v / steps for k, v in getattr(backend, "timings", {}).items()}
     return {"batch": batch, "context": context, "step_ms": 1e3 * step,
-            "step_p90_ms": 1e3 * sorted(times)[int(0.9 * len(times))],
+            "step_p90_ms": _p90_ms(times),
             "host_outside_engine_ms": 1e3 * statistics.median(
                 [t - e for t, e in zip(times, engine_seconds)]),
             "phases_ms_per_step": phases, "tokens_per_s": batch / step}
@@ -250,10 +247,7 @@ def _time_chains(executor, sids: list[int], rng, context: int, steps: int, chain
 
     calls = max(1, steps // chain)
     prompt = context - (calls + 1) * chain - 1
-    top = min(1000, executor.vocab_size)  # random ids of a real vocabulary's common range
-    outs = executor.execute([BatchInput(s, tuple(rng.integers(3, top, prompt).tolist()), 0)
-                             for s in sids])
-    tokens = [o.token for o in outs]
+    tokens = _prefill_random(executor, sids, rng, prompt)
     backend, times, intervals = executor.backend, [], []
     arrivals: list[float] = []  # when each step's tokens reached the caller (on_step)
 
@@ -279,11 +273,27 @@ def _time_chains(executor, sids: list[int], rng, context: int, steps: int, chain
     # token_interval: between one step's tokens reaching the caller and the next's, every
     # token handed over as its step ends (as LLM.stream gets them) while the host plans ahead
     return {"batch": len(sids), "context": context, "chain": chain, "step_ms": 1e3 * step,
-            "step_p90_ms": 1e3 * sorted(times)[int(0.9 * len(times))],
+            "step_p90_ms": _p90_ms(times),
             "token_interval_ms": 1e3 * statistics.median(intervals) if intervals else None,
-            "token_interval_p90_ms": 1e3 * sorted(intervals)[int(0.9 * len(intervals))]
-            if intervals else None, "intervals": len(intervals),
+            "token_interval_p90_ms": _p90_ms(intervals) if intervals else None,
+            "intervals": len(intervals),
             "phases_ms_per_step": phases, "tokens_per_s": len(sids) / step}
+
+
+def _prefill_random(executor, sids: list[int], rng, length: int) -> list[int]:
+    """Each session fed `length` random ids of a real vocabulary's common range (at most the
+    first 1,000) as one prompt step; returns the token each drew."""
+    from cellspec.runtime.types import BatchInput
+
+    top = min(1000, executor.vocab_size)
+    outs = executor.execute([BatchInput(s, tuple(rng.integers(3, top, length).tolist()), 0)
+                             for s in sids])
+    return [o.token for o in outs]
+
+
+def _p90_ms(seconds: list[float]) -> float:
+    """The 90th percentile of `seconds` (the value at index 0.9 n of the sorted list), in ms."""
+    return 1e3 * sorted(seconds)[int(0.9 * len(seconds))]
 
 
 def engine_seconds_of(executor) -> float:
@@ -387,7 +397,7 @@ def cmd_kernels(args) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from cellspec.runtime.executor import Executor
-    from cellspec.runtime.types import BatchInput, Sampling
+    from cellspec.runtime.types import Sampling
 
     if not torch.cuda.is_available():
         raise SystemExit("kernels: torch sees no CUDA device (its profiler reads the kernels)")
@@ -407,9 +417,7 @@ def cmd_kernels(args) -> None:
             # the prompt leaves room for the warm and timed steps within `context` cells: past
             # it the step would take a larger cell bucket, whose graph is captured (run twice
             # more) inside the profile, as before 2026-12-01's seventh sitting
-            outs = executor.execute([BatchInput(s, tuple(rng.integers(
-                3, 1000, args.context - args.steps - warm).tolist()), 0) for s in sids])
-            tokens = [o.token for o in outs]
+            tokens = _prefill_random(executor, sids, rng, args.context - args.steps - warm)
             base = executor.pos(sids[0])
             for _ in range(warm):
                 tokens = width_step(executor, sids, tokens, width, base)
