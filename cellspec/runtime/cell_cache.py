@@ -46,6 +46,11 @@ class StepPlan:
     version: int  # the cache version the plan was made against
     is_real: np.ndarray  # [S, Q] bool: the tokens that belong to a sequence (read-only)
     writes: bool = True  # False: a read-only step (a DFlash block), never committed
+    full: bool = False  # every token is real (is_real all True): no padding to pick out
+
+    def new_cells(self) -> np.ndarray:
+        """The cells the real tokens write, in row order."""
+        return self.cells.reshape(-1) if self.full else self.cells[self.is_real]
 
 
 class CellCache:
@@ -140,9 +145,8 @@ class CellCache:
         if any(refs[cell] > 1 for _, cell in moved):  # a moved cell must be this sequence's
             raise InvalidArgument(f"seq {seq}: a path cell that would move is shared with "
                                   "another sequence")
-        dropped = np.ones(len(tail), dtype=bool)
-        dropped[keep] = False
-        self._release(rows[dropped])
+        kept = set(keep)
+        self._release_few([cell for k, cell in enumerate(tail) if k not in kept])
         # in place (a verify's rows are few): the kept cells move down to their positions
         # (k >= i: each is read before it is written over); the others stay where they are
         for i, cell in moved:
@@ -183,31 +187,34 @@ class CellCache:
             raise InvalidArgument(f"step shape [{len(seq_list)}, {width}] reading {num_cells} "
                                   f"cells cannot hold counts {count_list} and lengths "
                                   f"{lengths_list}")
+        rows_count = len(seq_list)
         seq_ids = np.array(seq_list, dtype=np.int64)
         counts = np.array(count_list, dtype=np.int64)
         lengths = np.array(lengths_list, dtype=np.int64)
         columns = _columns(max(width, num_cells))
         # every row full (a verify, a decode step in its own bucket): no padding token
         full = min(count_list) == width
-        is_real = _all_true(len(seq_list), width) if full else \
-            columns[None, :width] < counts[:, None]
-        positions = lengths[:, None] + columns[None, :width]
-        if not full:
-            positions *= is_real
-        if writes and full:
-            cells = self._lowest_free(sum(count_list)).reshape(len(seq_list), width)
+        if full:
+            is_real = _all_true(rows_count, width)
+            positions = lengths[:, None] + columns[:width]
         else:
-            cells = np.full((seq_ids.size, width), self.scratch_cell, dtype=np.int64)
+            is_real = columns[:width] < counts[:, None]
+            positions = (lengths[:, None] + columns[:width]) * is_real
+        if writes and full:
+            cells = self._lowest_free(sum(count_list)).reshape(rows_count, width)
+        else:
+            cells = np.full((rows_count, width), self.scratch_cell, dtype=np.int64)
             if writes:
                 cells[is_real] = self._lowest_free(sum(count_list))
-        table = np.full((seq_ids.size, num_cells), self.scratch_cell, dtype=np.int64)
+        table = np.full((rows_count, num_cells), self.scratch_cell, dtype=np.int64)
+        seq_cells = self.seq_cells
         for row, (seq, length) in enumerate(zip(seq_list, lengths_list)):
             if length:
-                table[row, :length] = self.seq_cells[seq]
+                table[row, :length] = seq_cells[seq]
         mask, mask_window = self._make_masks(positions, is_real, lengths, num_cells, causal,
                                              full)
         return StepPlan(seq_ids, counts, positions, cells, table, lengths, mask, mask_window,
-                        self.version, is_real, writes)
+                        self.version, is_real, writes, full)
 
     def rebase_step(self, plan: StepPlan) -> StepPlan:
         """A writing plan made at an earlier version, for the sequences' frontiers now: the
@@ -218,12 +225,13 @@ class CellCache:
         those."""
         if not plan.writes:
             raise InvalidArgument("a read-only step cannot be rebased")
-        new_cells = plan.cells[plan.is_real]
-        if self.cell_refs[new_cells].any():
+        if np.count_nonzero(self.cell_refs[plan.new_cells()]):
             raise InvalidArgument("step planned on cells another step has taken since")
         lengths = np.array(self._check_rows(plan.seq_ids.tolist(), plan.counts.tolist()),
                            np.int64)
-        positions = (lengths[:, None] + _columns(plan.positions.shape[1])[None, :]) * plan.is_real
+        positions = lengths[:, None] + _columns(plan.positions.shape[1])
+        if not plan.full:
+            positions *= plan.is_real
         return replaced(plan, positions=positions, version=self.version)
 
     def commit_step(self, plan: StepPlan) -> None:
@@ -233,8 +241,9 @@ class CellCache:
         if plan.version != self.version:
             raise InvalidArgument(
                 f"step planned at version {plan.version}, cache is at {self.version}")
-        new_cells = plan.cells[plan.is_real]
-        self.cell_pos[new_cells] = plan.positions[plan.is_real]
+        new_cells = plan.new_cells()
+        self.cell_pos[new_cells] = plan.positions.reshape(-1) if plan.full else \
+            plan.positions[plan.is_real]
         self.cell_refs[new_cells] += 1
         if (new_cells.size and new_cells[0] == self._free_floor
                 and new_cells[-1] - new_cells[0] + 1 == new_cells.size):
@@ -298,7 +307,8 @@ class CellCache:
         """The `count` lowest free cells, searched from `_free_floor` (every cell below it is
         used) in growing windows, rather than over the whole pool at every step."""
         floor = self._free_floor
-        if floor + count <= self.scratch_cell and not self.cell_refs[floor: floor + count].any():
+        if floor + count <= self.scratch_cell and \
+                not np.count_nonzero(self.cell_refs[floor: floor + count]):
             return np.arange(floor, floor + count)  # the usual case: the cells after the floor
         found, total = [], 0
         start, window = floor, max(256, 4 * count)
@@ -308,6 +318,8 @@ class CellCache:
             if free.size:
                 if not found:
                     self._free_floor = start + int(free[0])  # a hint: no state changes
+                    if free.size >= count:  # (after a tree's verdict: its freed rows, then
+                        return free[:count] + start  # the cells past them)
                 found.append(free + start)
                 total += free.size
             elif not found:
@@ -324,13 +336,16 @@ class CellCache:
         cell_table), column N + u the row's own token u. full: every token is real."""
         rows, width = positions.shape
         mask = np.empty((rows, 1, width, num_cells + width), dtype=bool)
-        past = _columns(num_cells)[None, :] < lengths[:, None]  # [S, N]
         own = mask[:, 0, :, num_cells:]  # [S, Q, Q]: both tokens real (and causal), or self
         lower, diagonal = _square_masks(width)
         if full:  # (the general case below, with is_real all True)
-            mask[:, 0, :, :num_cells] = past[:, None, :]
+            past = mask[:, 0, :, :num_cells]  # column j < N visible iff j < the row's length
+            past[:] = False
+            for row, length in enumerate(lengths.tolist()):
+                past[row, :, :length] = True
             own[:] = lower if causal else True
         else:
+            past = _columns(num_cells) < lengths[:, None]  # [S, N]
             np.logical_and(past[:, None, :], is_real[:, :, None], out=mask[:, 0, :, :num_cells])
             np.logical_and(is_real[:, :, None], is_real[:, None, :], out=own)
             if causal:
@@ -376,6 +391,19 @@ class CellCache:
         self.cell_pos[freed] = -1
         if freed.size:
             self._free_floor = min(self._free_floor, int(np.minimum.reduce(freed)))
+
+    def _release_few(self, cells: list[int]) -> None:
+        """_release of a few distinct cells given as ints (a tree's rows off its path), one
+        by one: for a few, cheaper on the host than _release's array operations."""
+        refs, pos, floor = self.cell_refs, self.cell_pos, self._free_floor
+        for cell in cells:
+            left = refs[cell] - 1
+            refs[cell] = left
+            if left == 0:
+                pos[cell] = -1
+                if cell < floor:
+                    floor = cell
+        self._free_floor = floor
 
 
 @lru_cache(maxsize=64)

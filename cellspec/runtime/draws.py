@@ -34,7 +34,7 @@ class Draws:
 
     @property
     def is_greedy(self) -> bool:
-        return not self.temperature.any()  # (every temperature 0; NaN is not 0)
+        return not np.count_nonzero(self.temperature)  # (every temperature 0; NaN is not 0)
 
     def take(self, rows: np.ndarray) -> Draws:
         return Draws(self.temperature[rows], self.top_p[rows], self.top_k[rows],

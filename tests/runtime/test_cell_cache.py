@@ -220,3 +220,24 @@ def test_block_steps_are_read_only_and_not_causal():
     assert np.all(plan.cells == cache.scratch_cell)
     with pytest.raises(InvalidArgument, match="read-only"):
         cache.commit_step(plan)
+
+
+def test_a_plan_knows_whether_every_token_is_real():
+    """`full` (no padding token) lets commit_step take the cells without a mask; new_cells is
+    the cells of the real tokens in row order either way, and the commits agree."""
+    cache = CellCache(64)
+    for seq in (0, 1):
+        cache.seq_new(seq)
+    full = cache.declare_step(np.array([0, 1]), [3, 3])
+    padded = cache.declare_step(np.array([0, 1]), [3, 1])
+    padding_row = cache.declare_step(np.array([0, 1]), [3, 3], rows=3)
+    assert (full.full, padded.full, padding_row.full) == (True, False, False)
+    assert full.new_cells().tolist() == [0, 1, 2, 3, 4, 5]
+    assert padded.new_cells().tolist() == [0, 1, 2, 3]
+    assert padding_row.new_cells().tolist() == full.new_cells().tolist()
+    cache.commit_step(padded)
+    assert cache.cells_of(0).tolist() == [0, 1, 2] and cache.cells_of(1).tolist() == [3]
+    cache.commit_step(cache.declare_step(np.array([1, 0]), [2, 2]))
+    assert cache.cells_of(1).tolist() == [3, 4, 5] and cache.cells_of(0).tolist() == [0, 1, 2, 6, 7]
+    assert cache.cell_pos[[4, 5, 6, 7]].tolist() == [1, 2, 3, 4]
+    cache.check()
