@@ -151,7 +151,7 @@ class DeviceEngine(Engine):
         """Choose the session for the step's shape, copy the host feeds it reads into their
         buffers (async) and bind them (`static`: on the IOBinding of the feeds' layout, else on
         the one dynamic steps share); returns the dim values."""
-        key = tuple((name, array.shape, array.dtype.num) for name, array in feeds.items())
+        key = tuple([(name, array.shape, array.dtype.num) for name, array in feeds.items()])
         dims = self.dims_memo.get(key)
         if dims is None:
             dims = step_dims(self.input_dims, {name: shape for name, shape, _ in key})
@@ -170,17 +170,21 @@ class DeviceEngine(Engine):
                 continue
             if not array.flags.c_contiguous:
                 array = np.ascontiguousarray(array)
-            data = array.reshape(-1).view(np.uint8)
             if name in self.host:  # read by the provider on the host: bound there
-                self.host[name][: data.size] = data
+                self.host[name][: array.nbytes] = array.reshape(-1).view(np.uint8)
                 self._bind(name, array.shape, self.host[name].ctypes.data, True, "cpu")
             else:
-                staged[name] = data
+                staged[name] = array
         offsets, end = self._layout(layout, staged)
         if staged:
-            arena_host = self.staging.take()
-            for name, data in staged.items():
-                arena_host[offsets[name]: offsets[name] + data.size] = data
+            # packed through memoryviews: half the host time of numpy's calls for the same
+            # bytes (flat first: a view of a size-1 dim may have a stride of 0)
+            arena_host = memoryview(self.staging.take())
+            for name, array in staged.items():
+                if array.nbytes:
+                    start = offsets[name]
+                    arena_host[start: start + array.nbytes] = \
+                        memoryview(array.reshape(-1)).cast("B")
             self.staging.upload(self.arena, end)
         if current.staged != layout:  # else bound as this layout's last step bound them
             for name in staged:
@@ -197,7 +201,7 @@ class DeviceEngine(Engine):
             offsets, end = {}, 0
             for name in sorted(staged):
                 offsets[name] = end
-                end += _aligned(staged[name].size)
+                end += _aligned(staged[name].nbytes)
             if len(self.layouts) >= 256:  # dynamic steps: many shapes, each seen once
                 self.layouts.clear()
             self.layouts[key] = offsets, end
