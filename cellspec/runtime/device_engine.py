@@ -183,8 +183,7 @@ class DeviceEngine(Engine):
             for name, array in staged.items():
                 if array.nbytes:
                     start = offsets[name]
-                    arena_host[start: start + array.nbytes] = \
-                        memoryview(array.reshape(-1)).cast("B")
+                    arena_host[start: start + array.nbytes] = _flat_bytes(array)
             self.staging.upload(self.arena, end)
         if current.staged != layout:  # else bound as this layout's last step bound them
             for name in staged:
@@ -324,6 +323,17 @@ class DeviceEngine(Engine):
         bind = current.binding.bind_input if is_input else current.binding.bind_output
         bind(name, where, 0, element, list(shape), ptr)
         current.bound[(name, is_input)] = bound
+
+
+def _flat_bytes(array: np.ndarray):
+    """A C-contiguous array's bytes, flat: a memoryview (cheaper on the host than numpy's
+    reshape and view), or numpy's uint8 view for a dtype the buffer protocol cannot export
+    (ml_dtypes' bfloat16, say)."""
+    flat = array.reshape(-1)  # (a size-1 dim's stride may be 0, which memoryview refuses)
+    try:
+        return memoryview(flat).cast("B")
+    except (TypeError, ValueError):
+        return flat.view(np.uint8)
 
 
 def _aligned(nbytes: int, to: int = 256) -> int:

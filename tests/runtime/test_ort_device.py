@@ -492,6 +492,24 @@ def test_a_step_copies_its_inputs_to_the_device_in_one_call(tiny_artifact):
     assert addresses[1:] == addresses[:1] * 3  # the same shape: the same addresses
 
 
+def test_staged_feeds_are_packed_byte_for_byte_whatever_their_dtype():
+    """A step's feeds go into the arena as their bytes, flat: through a memoryview where the
+    buffer protocol exports the dtype, numpy's uint8 view where it does not (bfloat16), and
+    an array whose size-1 dim has a stride of 0 (a broadcast made contiguous by numpy's flags)
+    as well."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    arena = memoryview(np.zeros(256, np.uint8))
+    zero_stride = np.lib.stride_tricks.as_strided(np.arange(3, dtype=np.int64), (1, 3), (0, 8))
+    arrays = [np.arange(5, dtype=np.int64).reshape(1, 5), np.eye(3, dtype=bool)[None, None],
+              np.array([1.5, -2.25], np.float16), np.array([[0.5, 3.0]], np.float32),
+              np.array([1.0, -0.5, 2.0], ml_dtypes.bfloat16), zero_stride]
+    for array in arrays:
+        assert array.flags.c_contiguous
+        packed = device_engine._flat_bytes(array)
+        arena[: array.nbytes] = packed
+        assert bytes(arena[: array.nbytes]) == array.tobytes(), array.dtype
+
+
 def test_host_device_finds_the_buffer_holding_an_address_range():
     """HostDevice resolves an address range to the one buffer that holds it whole (the one
     at the highest address not above it), and refuses a range no buffer holds."""
