@@ -14,8 +14,9 @@ round and per plain step of `--sessions` sessions at once (best and median of th
 share of it a verify runs `meanwhile` (the drain of its rows and, where the cycle walks on the
 device, the next block and verify queued before its verdict: a device overlaps that with the
 verify), how much of it is HostDevice's Python for the tree kernels (a GPU launches them: its
-host does about the round less that), how many rounds walked on the device, and with
-`--profile` a cProfile of the cycles.
+host does about the round less that), how many rounds walked on the device, the device calls a
+round or step makes (`DeviceCalls`: each a PyCUDA or ONNX Runtime call of the host's on a GPU,
+5-26 us apiece on an H100's host), and with `--profile` a cProfile of the cycles.
 The outputs of the no-op runs are whatever the buffers hold, so the drafts and draws are
 meaningless, but each cycle commits, drains and queues as a real one does.
 """
@@ -109,6 +110,36 @@ class Kernels(Timed):
             setattr(device, name, self.timed(getattr(device, name)))
 
 
+class DeviceCalls:
+    """How many times each device operation is called (HostDevice's copies, marks and kernel
+    launches, the engines' runs): on a GPU each is a call of the host's into PyCUDA or ONNX
+    Runtime, whose cost a round pays whatever its Python costs."""
+
+    OPERATIONS = ("upload", "download", "download_later", "mark", "synchronize", "copy",
+                  "commit", "gather", "grow_trees", "walk_trees", "tree_uniforms")
+
+    def __init__(self, device: HostDevice) -> None:
+        self.counts: dict[str, int] = dict.fromkeys(self.OPERATIONS + ("engine run",), 0)
+        for name in self.OPERATIONS:
+            setattr(device, name, self.counted(name, getattr(device, name)))
+        run = device_engine.DeviceEngine._run
+        device_engine.DeviceEngine._run = lambda engine, session, options: (
+            self.count("engine run"), run(engine, session, options))[1]
+
+    def count(self, name: str) -> None:
+        self.counts[name] += 1
+
+    def counted(self, name: str, work):
+        def call(*args):
+            self.counts[name] += 1
+            return work(*args)
+        return call
+
+    def per_call(self, calls: int) -> dict[str, float]:
+        """Each operation's count over `calls` calls (those made at least once)."""
+        return {name: count / calls for name, count in self.counts.items() if count}
+
+
 def time_calls(executor: DFlashExecutor, tokens: dict[int, int], cycles: int, rounds: int,
                speculate: bool) -> list[float]:
     """ms per `execute` call of every session in `tokens` (sid -> its pending token; a round of
@@ -158,9 +189,11 @@ def main() -> None:
     without_device(executor)
     behind = Behind(executor)
     kernels = Kernels(executor.backend.device)
+    device_calls = DeviceCalls(executor.backend.device)
     time_calls(executor, tokens, 20, 1, True)  # warm the memos
     for name, speculate in (("DFlash round", True), ("plain step", False)):
         behind.seconds = kernels.seconds = 0.0
+        device_calls.counts = dict.fromkeys(device_calls.counts, 0)
         rounds, walked = executor.stats.rounds, executor.stats.walked
         times = time_calls(executor, tokens, args.cycles, args.rounds, speculate)
         overlapped = 1e3 * behind.seconds / (args.cycles * args.rounds)
@@ -173,6 +206,9 @@ def main() -> None:
               f"so best less them {min(times) - emulated:.3f}"
               + (f"; {walked} of {rounds} rounds queued the next before their verdict"
                  if rounds else ""))
+        calls = device_calls.per_call(args.cycles * args.rounds)
+        print(f"  device calls a {name.split()[-1]}: {sum(calls.values()):.1f} ("
+              + ", ".join(f"{op} {count:.2f}" for op, count in calls.items()) + ")")
     if args.profile:
         profile = cProfile.Profile()
         profile.enable()
