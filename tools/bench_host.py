@@ -122,12 +122,8 @@ class DeviceCalls:
         self.counts: dict[str, int] = dict.fromkeys(self.OPERATIONS + ("engine run",), 0)
         for name in self.OPERATIONS:
             setattr(device, name, self.counted(name, getattr(device, name)))
-        run = device_engine.DeviceEngine._run
-        device_engine.DeviceEngine._run = lambda engine, session, options: (
-            self.count("engine run"), run(engine, session, options))[1]
-
-    def count(self, name: str) -> None:
-        self.counts[name] += 1
+        device_engine.DeviceEngine._run = self.counted("engine run",
+                                                       device_engine.DeviceEngine._run)
 
     def counted(self, name: str, work):
         def call(*args):
