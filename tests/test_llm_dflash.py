@@ -163,7 +163,7 @@ def test_cpu_speculates_few_proposals_by_default(tmp_path_factory):
 def test_sampled_sessions_speculate_except_on_cuda_with_cell_attention(monkeypatch):
     from cellspec.llm import speculates_sampled
 
-    monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION", raising=False)
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")
     assert speculates_sampled("ort-cpu") and speculates_sampled("ort-cuda")
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
     assert speculates_sampled("ort-cpu") and not speculates_sampled("ort-cuda")
@@ -205,9 +205,8 @@ def test_speculation_defaults_follow_the_backend(chat_dflash_artifact, monkeypat
                                                                                 16)
     assert speculation_defaults("ort-cuda", small, None, None, None, 15) == (3, 4, None, 16)
     assert speculation_defaults("ort-cuda", manifest, 6, 3, None, 15) == (6, 3, None, 16)
-    monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION")
-    assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None, None, None)
     monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "decomposed")
+    assert speculation_defaults("ort-cuda", manifest, None, None) == (None, None, None, None)
     assert speculation_defaults("ort-cuda", manifest, 5, None) == (5, None, None, None)
 
 

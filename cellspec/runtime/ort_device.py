@@ -15,7 +15,9 @@ or the sampler graph on the device), the taps, the proposals.
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -576,11 +578,10 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
                     "user_compute_stream": str(device.stream.handle)}
     providers = [("CUDAExecutionProvider", options)]
     sampler = folder / manifest.graphs["sample"] if "sample" in manifest.graphs else None
-    # "decomposed" by default: standard ops give the same token alone or in a batch (greedy),
-    # and with or without speculation in float32, and keep wide steps (prompts, verifies of
-    # several sessions) on cuBLAS. "cell" (cellspec's CUDA ops: attention with the rotation,
-    # SwiGlu) is opt-in: faster decode steps and float16 invariance, slower wide ones
-    # (docs/design.md, bench/NOTES.md); "cuda"
+    # "cell" by default where its library builds (cuda_attention): cellspec's CUDA ops
+    # (attention with the rotation, SwiGlu, RowMatMul) decode faster and keep float16 tokens
+    # the same alone and in a batch; "decomposed" (standard ops) keeps long prompts on cuBLAS
+    # but rounds float16 by a step's shape (docs/design.md, bench/NOTES.md); "cuda"
     # (GroupQueryAttention) changed float16 tokens between a batch of 8 and each alone.
     return OrtDeviceBackend("ort-cuda", device, providers,
                             device_limits(manifest, max_sessions), device_policy(manifest),
@@ -589,8 +590,37 @@ def make_cuda_backend(folder: Path, manifest: Manifest, max_sessions: int) -> Or
 
 
 def cuda_attention() -> str:
-    """How `ort-cuda` runs attention: CELLSPEC_CUDA_ATTENTION, default "decomposed" (above)."""
-    return os.environ.get("CELLSPEC_CUDA_ATTENTION", "decomposed")
+    """How `ort-cuda` runs attention: CELLSPEC_CUDA_ATTENTION where set, else default_attention().
+    """
+    return os.environ.get("CELLSPEC_CUDA_ATTENTION") or default_attention()
+
+
+@functools.cache
+def default_attention() -> str:
+    """"cell" where cellspec's CUDA library is built or can be built now (plugins/build.py:
+    nvcc and ONNX Runtime's C++ headers; the build says on stderr how long it takes, once per
+    source), else "decomposed", saying once on stderr what is missing. Without PyCUDA
+    "decomposed", silently: loading `ort-cuda` then says what to install."""
+    from cellspec.plugins.build import PluginUnavailable, build_library
+
+    if not _has_pycuda():
+        return "decomposed"
+    try:
+        build_library()
+    except PluginUnavailable as missing:
+        reason = str(missing).splitlines()[0]
+        print(f"cellspec: ort-cuda runs attention as standard ops, since cellspec's CUDA "
+              f"library cannot be built here: {reason} (with it, float16 decodes faster and "
+              f"the same alone and in a batch; CELLSPEC_CUDA_ATTENTION=decomposed chooses "
+              f"standard ops without this note)", file=sys.stderr)
+        return "decomposed"
+    return "cell"
+
+
+def _has_pycuda() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pycuda") is not None
 
 
 def cuda_projections(attention: str) -> str:

@@ -916,3 +916,41 @@ def test_row_projections_come_only_with_cell_attention_and_when_asked(llama_half
         rewritten(model, "cell", "rows")
     with pytest.raises(CellspecError, match="projections 'rows'"):
         load_session(llama_half / "missing.onnx", ["CPUExecutionProvider"], "cell", "rows")
+
+
+def test_ort_cuda_runs_cell_attention_by_default_where_its_library_builds(plugin_env,
+                                                                          monkeypatch, capsys):
+    """CELLSPEC_CUDA_ATTENTION unset: "cell" where the library is built or builds now, else
+    "decomposed" with one stderr line naming what is missing (once a process); set, as set;
+    without PyCUDA "decomposed" and nothing said (loading ort-cuda names what to install)."""
+    from cellspec.runtime import ort_device
+
+    monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION", raising=False)
+    monkeypatch.setattr(ort_device, "_has_pycuda", lambda: True)
+    ort_device.default_attention.cache_clear()
+    try:
+        assert ort_device.cuda_attention() == "cell"
+        assert len(list((plugin_env / "cache" / "plugins").glob("*.so"))) == 1
+        assert ort_device.cuda_projections(ort_device.cuda_attention()) == "row"
+        ort_device.default_attention.cache_clear()
+        for library in (plugin_env / "cache" / "plugins").glob("*.so"):
+            library.unlink()
+        monkeypatch.setenv("PATH", str(plugin_env / "nowhere"))
+        monkeypatch.setenv("CUDA_HOME", str(plugin_env / "nowhere"))
+        capsys.readouterr()
+        assert ort_device.cuda_attention() == "decomposed"
+        said = capsys.readouterr().err
+        assert said.count("\n") == 1 and "standard ops" in said and "nvcc" in said
+        assert ort_device.cuda_attention() == "decomposed"
+        assert capsys.readouterr().err == ""  # once a process
+        monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
+        assert ort_device.cuda_attention() == "cell"  # as asked: its load then says why not
+        monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION")
+        ort_device.default_attention.cache_clear()
+        monkeypatch.setattr(ort_device, "_has_pycuda", lambda: False)
+        monkeypatch.setenv("PATH", str(plugin_env / "bin"))
+        assert ort_device.cuda_attention() == "decomposed"
+        assert capsys.readouterr().err == ""
+        assert not list((plugin_env / "cache" / "plugins").glob("*.so"))  # nothing built
+    finally:
+        ort_device.default_attention.cache_clear()
