@@ -608,11 +608,12 @@ def default_attention() -> str:
     try:
         build_library()
     except PluginUnavailable as missing:
-        reason = str(missing).splitlines()[0]
+        reason = str(missing).splitlines()[0].rstrip(":")
         print(f"cellspec: ort-cuda runs attention as standard ops, since cellspec's CUDA "
-              f"library cannot be built here: {reason} (with it, float16 decodes faster and "
-              f"the same alone and in a batch; CELLSPEC_CUDA_ATTENTION=decomposed chooses "
-              f"standard ops without this note)", file=sys.stderr)
+              f"library cannot be built here: {reason} (`python -m cellspec.plugins.build` "
+              f"says it all; with the library float16 decodes faster and the same alone and "
+              f"in a batch; CELLSPEC_CUDA_ATTENTION=decomposed chooses standard ops without "
+              f"this note)", file=sys.stderr)
         return "decomposed"
     return "cell"
 

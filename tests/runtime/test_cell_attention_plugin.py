@@ -943,6 +943,15 @@ def test_ort_cuda_runs_cell_attention_by_default_where_its_library_builds(plugin
         assert said.count("\n") == 1 and "standard ops" in said and "nvcc" in said
         assert ort_device.cuda_attention() == "decomposed"
         assert capsys.readouterr().err == ""  # once a process
+        # a compiler that fails: its first line said, the whole error one command away
+        monkeypatch.setenv("PATH", str(plugin_env / "bin"))
+        (plugin_env / "bin" / "nvcc").write_text('#!/bin/sh\necho "error: no such type" >&2\n'
+                                                 'exit 2\n')
+        ort_device.default_attention.cache_clear()
+        assert ort_device.cuda_attention() == "decomposed"
+        said = capsys.readouterr().err
+        assert "nvcc failed to build cell_attention.cu" in said and said.count("\n") == 1
+        assert "python -m cellspec.plugins.build" in said
         monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
         assert ort_device.cuda_attention() == "cell"  # as asked: its load then says why not
         monkeypatch.delenv("CELLSPEC_CUDA_ATTENTION")

@@ -1,0 +1,4 @@
+# 2026-12-06 (fourth sitting), call 6 (same machine as call 5): plain against speculative paired
+# with CELLSPEC_CUDA_ATTENTION unset, i.e. ort-cuda's new default (CellAttention where its
+# library builds), three processes.
+source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-include TQDM_DISABLE=1 PYTHONUNBUFFERED=1; unset CELLSPEC_CUDA_ATTENTION; mkdir -p $OUT; P="tools/gpu_bench.py smollm2 --dtype float16 --draft cellspec/drafts/smollm2-135m-instruct --batches 1 --tokens 256 --prompts 64 --paired --work /tmp/cellspec-gpu"; for run in unset1 unset2 unset3; do s=$(date +%s); timeout 120 python3 $P --out $OUT/$run > $OUT/$run.log 2>&1; echo "$run rc=$? $(( $(date +%s) - s )) s"; python3 tools/gpu_bench.py summarize $OUT/$run.log | grep spec_over | cut -c1-300; done
