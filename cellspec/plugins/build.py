@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,25 @@ def ort_include() -> Path:
     where = f"$CELLSPEC_ORT_INCLUDE={given}" if given else ", ".join(INCLUDE_FOLDERS)
     raise PluginUnavailable(f"ONNX Runtime's C++ API header {HEADER} is not in {where}: "
                             "install libonnxruntime-dev or set CELLSPEC_ORT_INCLUDE")
+
+
+def check_api_version(include: Path) -> None:
+    """Refuse headers of a newer C API than the installed onnxruntime serves: the library would
+    ask it for an API it does not have (`GetApi` returns null) and fail at its first call."""
+    header = include / "onnxruntime_c_api.h"
+    match = re.search(r"^#define ORT_API_VERSION (\d+)", header.read_text(errors="replace"),
+                      re.MULTILINE) if header.is_file() else None
+    if match is None:
+        return  # no version to compare (not a release's headers): the build decides
+    import onnxruntime
+
+    served = int(onnxruntime.__version__.split(".")[1])  # 1.N serves C API versions 1..N
+    if int(match.group(1)) > served:
+        raise PluginUnavailable(
+            f"ONNX Runtime's headers in {include} are C API version {match.group(1)}, newer "
+            f"than the installed onnxruntime {onnxruntime.__version__} serves ({served}): "
+            f"point CELLSPEC_ORT_INCLUDE at the include folder of onnxruntime {served} or "
+            "older")
 
 
 def nvcc() -> str:
@@ -86,6 +106,7 @@ def build_library(force: bool = False, progress: bool = True) -> Path:
     from cellspec.export.progress import stage  # only for a build: it imports the exporter
 
     include, compiler = ort_include(), nvcc()
+    check_api_version(include)
     target = library_path(include, compiler)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:

@@ -963,3 +963,19 @@ def test_ort_cuda_runs_cell_attention_by_default_where_its_library_builds(plugin
         assert not list((plugin_env / "cache" / "plugins").glob("*.so"))  # nothing built
     finally:
         ort_device.default_attention.cache_clear()
+
+
+def test_headers_of_a_newer_api_than_the_runtime_serves_are_refused(plugin_env):
+    """A library built against a newer C API asks onnxruntime for an API it lacks: refused at
+    the build, naming both versions; headers of its own version or older build."""
+    import onnxruntime
+
+    served = int(onnxruntime.__version__.split(".")[1])
+    header = plugin_env / "include" / "onnxruntime_c_api.h"
+    header.write_text(f"#pragma once\n#define ORT_API_VERSION {served + 1}\n")
+    with pytest.raises(PluginUnavailable, match=f"C API version {served + 1}, newer than the "
+                                                f"installed onnxruntime .*serves \\({served}\\)"):
+        build_library()
+    assert not (plugin_env / "bin" / "calls").exists()  # nvcc never ran
+    header.write_text(f"#pragma once\n#define ORT_API_VERSION {served}\n")
+    assert build_library().read_text() == "built\n"
