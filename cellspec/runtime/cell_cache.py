@@ -50,7 +50,11 @@ class StepPlan:
 
     def new_cells(self) -> np.ndarray:
         """The cells the real tokens write, in row order."""
-        return self.cells.reshape(-1) if self.full else self.cells[self.is_real]
+        return self.of_real(self.cells)
+
+    def of_real(self, values: np.ndarray) -> np.ndarray:
+        """The entries of `values` [S, Q] at the real tokens, in row order."""
+        return values.reshape(-1) if self.full else values[self.is_real]
 
 
 class CellCache:
@@ -242,8 +246,7 @@ class CellCache:
             raise InvalidArgument(
                 f"step planned at version {plan.version}, cache is at {self.version}")
         new_cells = plan.new_cells()
-        self.cell_pos[new_cells] = plan.positions.reshape(-1) if plan.full else \
-            plan.positions[plan.is_real]
+        self.cell_pos[new_cells] = plan.of_real(plan.positions)
         self.cell_refs[new_cells] += 1
         if (new_cells.size and new_cells[0] == self._free_floor
                 and new_cells[-1] - new_cells[0] + 1 == new_cells.size):
