@@ -961,6 +961,68 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
 }
 #undef CELLSPEC_MMA_16816
 
+// the weight row (of w [kSets N, K]) that lane group g of tile `tile` loads: tile * 8 + g, or in
+// a rotated head's tile the pair g / 2's first (g even) or second row; *rotated: whether the tile
+// is a rotated (q or k) head's. A tiled weight's rows are in the rotated order already.
+template <int kKind, typename T>
+__device__ __forceinline__ int row_weight_row(int tile, int g, const RowRotary<T>& rot,
+                                              bool tiled, bool* rotated) {
+  int w_row = tile * 8 + g;
+  *rotated = false;
+  if (kKind == kRowRotary) {
+    const int half = rot.D / 2, per_head = half / 4;
+    *rotated = tile < (rot.H + rot.KV) * per_head;
+    if (*rotated && !tiled)
+      w_row = (tile / per_head) * rot.D + (tile % per_head) * 4 + g / 2 + (g & 1) * half;
+  }
+  return w_row;
+}
+
+// the epilogue (kKind) of a tile of 8 outputs and 16 rows from r_top whose sums lane (g, t) holds
+// in total[i][set] as an mma's accumulators: row g (i < 2) or g + 8, output 2 t + i % 2
+template <typename T, int kKind, int kSets>
+__device__ __forceinline__ void row_epilogue(const float (&total)[4][kSets], int tile,
+                                             bool rotated, int r_top, int rows, int N,
+                                             T* __restrict__ y, const RowRotary<T>& rot) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, n0 = tile * 8;
+  if (kKind == kRowRotary && rotated) {
+    const int half = rot.D / 2, per_head = half / 4;
+    const int head = tile / per_head, d = (tile % per_head) * 4 + t;
+#pragma unroll
+    for (int eight = 0; eight < 2; ++eight) {
+      const int r = r_top + g + 8 * eight;
+      if (r >= rows) continue;
+      int64_t position = rot.positions[r];
+      position = position < 0 ? 0 : (position >= rot.max_position ? rot.max_position - 1
+                                                                   : position);
+      const float x1 = to_float(from_float<T>(total[2 * eight][0]));
+      const float x2 = to_float(from_float<T>(total[2 * eight + 1][0]));
+      T* dst = head < rot.H ? rot.q + (static_cast<int64_t>(r) * rot.H + head) * rot.D
+                            : rot.k + (static_cast<int64_t>(r) * rot.KV + head - rot.H) * rot.D;
+      rotate_pair(x1, x2, to_float(rot.cos[position * half + d]),
+                  to_float(rot.sin[position * half + d]), dst + d, dst + half + d);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = r_top + g + 8 * (i / 2), n = n0 + 2 * t + (i & 1);
+    if (r >= rows || n >= N) continue;
+    if (kKind == kRowRotary) {  // a v head: copied
+      const int v_width = rot.KV * rot.D, first = (rot.H + rot.KV) * rot.D;
+      rot.v[static_cast<int64_t>(r) * v_width + n - first] = from_float<T>(total[i][0]);
+      continue;
+    }
+    float out = total[i][0];
+    if (kKind == kRowSwiGlu) {
+      const float gate = to_float(from_float<T>(total[i][0]));
+      const float up = to_float(from_float<T>(total[i][kSets - 1]));
+      out = silu_times(gate, up);
+    }
+    y[static_cast<int64_t>(r) * N + n] = from_float<T>(out);
+  }
+}
+
 template <typename T, int kKind, int kMTiles, int kSlices, bool kOverlap, bool kDeep>
 __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
     const T* __restrict__ x, const T* __restrict__ w, int rows, int K, int N,
@@ -974,16 +1036,8 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
   const int tile = blockIdx.y * (kRowWarps / kSlices) + warp / kSlices;
   const int n0 = tile * 8;
   const int r0 = blockIdx.x * 16 * kMTiles;
-  // the weight row lane group g loads: n0 + g, or in a rotated head's tile the pair g / 2's
-  // first (g even) or second row
-  int w_row = n0 + g;
-  bool rotated = false;
-  if (kKind == kRowRotary) {
-    const int half = rot.D / 2, per_head = half / 4;
-    rotated = tile < (rot.H + rot.KV) * per_head;
-    if (rotated && !tiled)  // a tiled weight's rows are in this order already
-      w_row = (tile / per_head) * rot.D + (tile % per_head) * 4 + g / 2 + (g & 1) * half;
-  }
+  bool rotated;
+  const int w_row = row_weight_row<kKind>(tile, g, rot, tiled, &rotated);
   const bool has_n = tiled ? n0 < N : w_row < N;
   const int chunks = (K + 31) / 32;
   const int begin = slice * chunks / kSlices, end = (slice + 1) * chunks / kSlices;
@@ -1087,43 +1141,170 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
         for (int run = 1; run < kSlices; ++run)
           total[i][set] += sums[kSlices > 1 ? warp + run : 0][(m * kSets + set) * 4 + i][lane];
       }
-    if (kKind == kRowRotary && rotated) {
-      const int half = rot.D / 2, per_head = half / 4;
-      const int head = tile / per_head, d = (tile % per_head) * 4 + t;
+    row_epilogue<T, kKind, kSets>(total, tile, rotated, r0 + 16 * m, rows, N, y, rot);
+  }
+}
+
+// 16-byte copies from global to shared memory that bypass the registers (compute capability 8.0
+// and above), zero-filled where !valid (then `from` is not read)
+__device__ __forceinline__ void copy_async16(void* to, const void* from, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from),
+               "r"(valid ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+// RowMatMul's kernel for a prompt's rows (more than ROW_WIDE_ROWS): row_matmul_kernel's sums, bit
+// for bit, with the operands shared through shared memory. A block takes kWideRows rows and
+// 16 / kSets tiles of 8 outputs; its 8 warps, 2 (rows) x 4 (outputs), each 64 rows (4 tiles of
+// 16) and 4 / kSets tiles of outputs. Chunk by chunk (32 k, kWideStages in flight), the block copies
+// its x rows and weight rows to shared memory, and lane (g, t) reads there the 16 bytes (k in
+// [32 c + 8 t, + 8) of rows g and g + 8, and of weight row g) that row_matmul_kernel loads from
+// global memory, into the same mma slots. K's runs are row_slices(K, N)'s: each run's chunks are
+// summed from zero in order, and the runs' sums added in run order, as there. So a row rounds
+// the same here as alone at a decode step. Where row_matmul_kernel's warp loads its 16 x rows for
+// every tile of 8 outputs, here 64 rows meet 32 outputs a load (bench/NOTES.md, 2026-12-06,
+// fifth sitting: a 2,000-token prompt on Qwen3-8B-shaped layers).
+constexpr int kWideRows = 128, kWideStages = 3;
+template <typename T, int kKind, int kSlices>
+__global__ void __launch_bounds__(256, 1) row_wide_kernel(const T* __restrict__ x,
+                                                          const T* __restrict__ w, int rows,
+                                                          int K, int N, T* __restrict__ y,
+                                                          RowRotary<T> rot, bool tiled) {
+  constexpr int kSets = kKind == kRowSwiGlu ? 2 : 1;
+  constexpr int kWarpTiles = 4 / kSets, kBlockTiles = 4 * kWarpTiles, kM = 4;
+  constexpr int kWeightRows = kBlockTiles * kSets * 8;  // 128
+  __shared__ alignas(16) T xs[kWideStages][kWideRows][32];
+  __shared__ alignas(16) T ws[kWideStages][kWeightRows][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+  const int warp_m = warp & 1, warp_n = warp >> 1;
+  const int r0 = blockIdx.x * kWideRows, first_tile = blockIdx.y * kBlockTiles;
+  const int chunks = (K + 31) / 32;
+  // what each thread copies: two 16-byte units of x (row q / 4, unit q % 4) and two of w (weight
+  // row q / 4 of the block: tile, set, row g), q = threadIdx.x + 256 i; their chunk-0 addresses
+  const T* x_from[2];
+  const T* w_from[2];
+  bool x_row[2], w_row_in[2];
+  int unit[2];
+  constexpr int64_t kRowStep = 32, kTiledStep = 256 * kSets;
+  const int64_t w_step = tiled ? kTiledStep : kRowStep;
 #pragma unroll
-      for (int eight = 0; eight < 2; ++eight) {
-        const int r = r0 + 16 * m + g + 8 * eight;
-        if (r >= rows) continue;
-        int64_t position = rot.positions[r];
-        position = position < 0 ? 0 : (position >= rot.max_position ? rot.max_position - 1
-                                                                     : position);
-        const float x1 = to_float(from_float<T>(total[2 * eight][0]));
-        const float x2 = to_float(from_float<T>(total[2 * eight + 1][0]));
-        T* dst = head < rot.H ? rot.q + (static_cast<int64_t>(r) * rot.H + head) * rot.D
-                              : rot.k + (static_cast<int64_t>(r) * rot.KV + head - rot.H) * rot.D;
-        rotate_pair(x1, x2, to_float(rot.cos[position * half + d]),
-                    to_float(rot.sin[position * half + d]), dst + d, dst + half + d);
-      }
-      continue;
+  for (int i = 0; i < 2; ++i) {
+    const int q = threadIdx.x + 256 * i, row = q / 4;
+    unit[i] = q % 4;
+    const int r = r0 + row;
+    x_row[i] = r < rows;
+    x_from[i] = x + static_cast<int64_t>(x_row[i] ? r : 0) * K + 8 * unit[i];
+    const int tile = first_tile + row / (8 * kSets), set = (row / 8) % kSets, wg = row % 8;
+    bool rotated;
+    const int w_row = row_weight_row<kKind>(tile, wg, rot, tiled, &rotated);
+    w_row_in[i] = tiled ? tile * 8 < N : w_row < N;
+    w_from[i] = !w_row_in[i] ? w
+                : tiled      ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 +
+                              wg * 32 + 8 * unit[i]
+                             : w + (static_cast<int64_t>(set) * N + w_row) * K + 8 * unit[i];
+  }
+  auto copy_chunk = [&](int c, int stage) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int q = threadIdx.x + 256 * i;
+      const bool in_k = c * 32 + 8 * unit[i] < K;
+      const bool xv = in_k && x_row[i], wv = in_k && w_row_in[i];
+      copy_async16(&xs[stage][q / 4][8 * unit[i]], xv ? x_from[i] + c * 32 : x, xv);
+      copy_async16(&ws[stage][q / 4][8 * unit[i]], wv ? w_from[i] + c * w_step : w, wv);
     }
+  };
+  float acc[kM][kWarpTiles][kSets][4] = {};
+  float total[kSlices > 1 ? kM : 1][kSlices > 1 ? kWarpTiles : 1][kSets][4] = {};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = r0 + 16 * m + g + 8 * (i / 2), n = n0 + 2 * t + (i & 1);
-      if (r >= rows || n >= N) continue;
-      if (kKind == kRowRotary) {  // a v head: copied
-        const int v_width = rot.KV * rot.D, first = (rot.H + rot.KV) * rot.D;
-        rot.v[static_cast<int64_t>(r) * v_width + n - first] = from_float<T>(total[i][0]);
-        continue;
+  for (int s = 0; s < kWideStages - 1; ++s) {
+    if (s < chunks) copy_chunk(s, s);
+    copy_async_commit();
+  }
+  int slice = 0, slice_end = chunks / kSlices;
+  for (int c = 0; c < chunks; ++c) {
+    copy_async_wait<kWideStages - 2>();
+    __syncthreads();  // chunk c is in; every warp is done with the stage refilled next
+    const int next = c + kWideStages - 1;
+    if (next < chunks) copy_chunk(next, next % kWideStages);
+    copy_async_commit();
+    const int stage = c % kWideStages;
+    uint4 a[kM][2], b[kWarpTiles][kSets];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        a[m][half] = *reinterpret_cast<const uint4*>(
+            &xs[stage][warp_m * 64 + 16 * m + 8 * half + g][8 * t]);
+#pragma unroll
+    for (int j = 0; j < kWarpTiles; ++j)
+#pragma unroll
+      for (int set = 0; set < kSets; ++set)
+        b[j][set] = *reinterpret_cast<const uint4*>(
+            &ws[stage][((warp_n * kWarpTiles + j) * kSets + set) * 8 + g][8 * t]);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const uint4 lo = a[m][0], hi = a[m][1];
+#pragma unroll
+      for (int j = 0; j < kWarpTiles; ++j)
+#pragma unroll
+        for (int set = 0; set < kSets; ++set) {
+          const uint4 v = b[j][set];
+          mma_16816<T>(acc[m][j][set], lo.x, hi.x, lo.y, hi.y, v.x, v.y);
+          mma_16816<T>(acc[m][j][set], lo.z, hi.z, lo.w, hi.w, v.z, v.w);
+        }
+    }
+    if constexpr (kSlices > 1) {
+      // a run ends: its sums added to the earlier runs' (the first run's taken as they are)
+      while (slice < kSlices && c + 1 == slice_end) {
+#pragma unroll
+        for (int m = 0; m < kM; ++m)
+#pragma unroll
+          for (int j = 0; j < kWarpTiles; ++j)
+#pragma unroll
+            for (int set = 0; set < kSets; ++set)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                total[m][j][set][i] =
+                    slice == 0 ? acc[m][j][set][i] : total[m][j][set][i] + acc[m][j][set][i];
+                acc[m][j][set][i] = 0.f;
+              }
+        ++slice;
+        slice_end = (slice + 1) * chunks / kSlices;
       }
-      float out = total[i][0];
-      if (kKind == kRowSwiGlu) {
-        const float gate = to_float(from_float<T>(total[i][0]));
-        const float up = to_float(from_float<T>(total[i][kSets - 1]));
-        out = silu_times(gate, up);
-      }
-      y[static_cast<int64_t>(r) * N + n] = from_float<T>(out);
     }
   }
+  copy_async_wait<0>();
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int j = 0; j < kWarpTiles; ++j) {
+      const int tile = first_tile + warp_n * kWarpTiles + j;
+      if (tile * 8 >= N) continue;
+      bool rotated;
+      row_weight_row<kKind>(tile, g, rot, tiled, &rotated);
+      float sums[4][kSets];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int set = 0; set < kSets; ++set)
+          sums[i][set] = kSlices > 1 ? total[kSlices > 1 ? m : 0][kSlices > 1 ? j : 0][set][i]
+                                     : acc[m][j][set][i];
+      row_epilogue<T, kKind, kSets>(sums, tile, rotated, r0 + warp_m * 64 + 16 * m, rows, N, y,
+                                    rot);
+    }
 }
 
 // whether this process's device has compute capability `major` or above
@@ -1260,6 +1441,31 @@ void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
 #define ROW_WIDE_ROWS 64
 #endif
 
+// row_wide_kernel over `rows` rows on `stream`: row blocks side by side for the same outputs
+// (grid x), as launch_row_tiles has them
+template <typename T, int kKind>
+void launch_row_wide(const T* x, const T* w, int rows, int K, int N, T* y,
+                     const RowRotary<T>& rot, bool tiled, cudaStream_t stream) {
+  constexpr int kBlockTiles = kKind == kRowSwiGlu ? 8 : 16;
+  const dim3 grid((rows + kWideRows - 1) / kWideRows, ((N + 7) / 8 + kBlockTiles - 1) / kBlockTiles);
+  const int slices = row_slices(K, N);
+  auto kernel = slices == 1   ? row_wide_kernel<T, kKind, 1>
+                : slices == 2 ? row_wide_kernel<T, kKind, 2>
+                : slices == 4 ? row_wide_kernel<T, kKind, 4>
+                              : row_wide_kernel<T, kKind, 8>;
+  kernel<<<grid, 256, 0, stream>>>(x, w, rows, K, N, y, rot, tiled);
+}
+
+// whether a prompt's rows take row_wide_kernel (CELLSPEC_ROW_WIDE=0: row_matmul_kernel's tiles of
+// 64 rows, as before it; the same sums either way)
+bool wide_tiles() {
+  static const bool wide = [] {
+    const char* setting = std::getenv("CELLSPEC_ROW_WIDE");
+    return !(setting && std::string(setting) == "0");
+  }();
+  return wide;
+}
+
 // With constant_w (an initializer: no kernel of the step writes it), an overlapped launch
 // prefetches the lines of its first weight loads into L2 while the previous kernel may still run.
 template <typename T, int kKind>
@@ -1267,6 +1473,8 @@ void launch_row_matmul(const T* x, const T* w, int rows, int K, int N, T* y, boo
                        bool tiled, cudaStream_t stream, const RowRotary<T>& rot = {}) {
   if (rows <= ROW_WIDE_ROWS)
     launch_row_tiles<T, kKind, 1>(x, w, rows, K, N, y, rot, constant_w, tiled, stream);
+  else if (wide_tiles())
+    launch_row_wide<T, kKind>(x, w, rows, K, N, y, rot, tiled, stream);
   else
     launch_row_tiles<T, kKind, 4>(x, w, rows, K, N, y, rot, constant_w, tiled, stream);
 }

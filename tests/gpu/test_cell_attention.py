@@ -647,6 +647,67 @@ def test_rewritten_projections_fold_their_tiled_weights_on_the_device(cell_libra
     assert np.array_equal(got, want)
 
 
+# (rows, K, N): runs of K (row_slices) 8, 8, 4 and 1; K 1,544 ends in a part chunk
+WIDE_SHAPES = [(300, 4096, 1024), (200, 1544, 576), (129, 576, 6144), (130, 576, 16384)]
+
+
+@pytest.mark.parametrize("rows,K,N", WIDE_SHAPES)
+def test_a_prompts_rows_round_as_each_row_alone(cell_library, rows, K, N):
+    """More than 64 rows (a prompt) take row_wide_kernel, 64 or fewer row_matmul_kernel: every
+    row's outputs of RowMatMul and RowMatMulSwiGlu, untiled and tiled, are the same bits among all
+    the rows, alone, among 17 and among 64 (and all rows within float16's error of a float64
+    reference)."""
+    rng = np.random.default_rng(rows + K + N)
+    x = rng.standard_normal((rows, K)).astype(np.float16)
+    w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
+    subsets = [[0], [rows - 1], sorted(rng.permutation(rows)[:17]),
+               sorted(rng.permutation(rows)[:64])]
+    for op, outputs, sets in (("RowMatMul", ["y"], 1), ("RowMatMulSwiGlu", ["y", "scratch"], 2)):
+        full = run_node(cell_library, op, {"x": x, "w": w}, outputs)[0]
+        want = x.astype(np.float64) @ w.astype(np.float64).T
+        if sets == 2:
+            gate, up = want[:, :N // 2], want[:, N // 2:]
+            want = gate / (1 + np.exp(-gate)) * up
+        np.testing.assert_allclose(full.astype(np.float64), want, atol=2e-2, rtol=2e-2)
+        if K % 32 == 0:
+            got = run_node(cell_library, op, {"x": x, "w": tiled(w, sets)}, outputs)[0]
+            assert np.array_equal(got, full), (op, "tiled")
+        for subset in subsets:
+            part = run_node(cell_library, op, {"x": x[subset], "w": w}, outputs)[0]
+            assert np.array_equal(part, full[subset]), (op, len(subset))
+
+
+def test_a_prompts_rotated_projection_rounds_as_each_row_alone(cell_library):
+    """RowMatMulRotary on 300 rows of a Qwen3-8B-shaped qkv projection (row_wide_kernel's rotary
+    epilogue), untiled and tiled: q, k and v of each row the same bits as the row's alone."""
+    from cellspec.rewrite.kernels import rotary_row_order
+
+    heads, kv_heads, head_dim, K, rows = 32, 8, 128, 4096, 300
+    rng = np.random.default_rng(5)
+    N = (heads + 2 * kv_heads) * head_dim
+    x = rng.standard_normal((rows, K)).astype(np.float16)
+    w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
+    angles = np.arange(2048)[:, None] * 10000.0 ** (-np.arange(0, head_dim, 2) / head_dim)
+    feeds = {"x": x, "w": w, "cos_cache": np.cos(angles).astype(np.float16),
+             "sin_cache": np.sin(angles).astype(np.float16),
+             "positions": rng.integers(0, 2048, (rows,)).astype(np.int64)}
+    names, attrs = ["q", "k", "v", "scratch"], {"num_heads": heads, "kv_num_heads": kv_heads}
+    full = run_node(cell_library, "RowMatMulRotary", feeds, names, **attrs)
+    product = run_node(cell_library, "RowMatMul", {"x": x, "w": w}, ["y"])[0]
+    want = rotated_like_the_kernels(product, feeds["positions"], heads, kv_heads, head_dim,
+                                    feeds["cos_cache"], feeds["sin_cache"])
+    assert all(np.array_equal(a, b) for a, b in zip(full, want))
+    tiled_feeds = dict(feeds, w=tiled(w[rotary_row_order(heads, kv_heads, head_dim)]))
+    got = run_node(cell_library, "RowMatMulRotary", tiled_feeds, names, **attrs)
+    assert all(np.array_equal(a, b) for a, b in zip(got, full))
+    for subset in ([0], [rows - 1], list(range(100, 164))):
+        part = run_node(cell_library, "RowMatMulRotary",
+                        dict(feeds, x=x[subset], positions=feeds["positions"][subset]),
+                        names, **attrs)
+        for name, a, b in zip("qkv", part, full):
+            assert np.array_equal(a, b[subset]), (name, len(subset))
+
+
 def test_row_matmul_refuses_a_weight_of_another_layout(cell_library):
     x = np.zeros((2, 64), np.float16)
     with pytest.raises(Exception, match="w \\[1, 2, 16, 16\\], expected \\[..., K\\] and "
