@@ -2,6 +2,7 @@
 # RowMatMul's tiles for a prompt's rows. The row-matmul tests (bit-for-bit invariance across row
 # counts), then each projection of shapes A and B at 256-2,048 rows by cuBLAS and by RowMatMul,
 # with CELLSPEC_ROW_WIDE=1 (the wide tiles) and =0 (the 64-row tiles before them), one process each.
+# (The first version, 1-wide-rows/: one kernel, 3 stages of one chunk, 128 rows a block.)
 bash .gpu/fin/recv.sh > /tmp/fin.log 2>&1; echo "fin rc=$?"; tail -1 /tmp/fin.log
 source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-include TQDM_DISABLE=1 PYTHONUNBUFFERED=1; mkdir -p $OUT
 nvidia-smi --query-gpu=name --format=csv,noheader

@@ -1167,122 +1167,150 @@ __device__ __forceinline__ void copy_async_wait() {
 }
 
 // RowMatMul's kernel for a prompt's rows (more than ROW_WIDE_ROWS): row_matmul_kernel's sums, bit
-// for bit, with the operands shared through shared memory. A block takes kWideRows rows and
-// 16 / kSets tiles of 8 outputs; its 8 warps, 2 (rows) x 4 (outputs), each 64 rows (4 tiles of
-// 16) and 4 / kSets tiles of outputs. Chunk by chunk (32 k, kWideStages in flight), the block copies
-// its x rows and weight rows to shared memory, and lane (g, t) reads there the 16 bytes (k in
-// [32 c + 8 t, + 8) of rows g and g + 8, and of weight row g) that row_matmul_kernel loads from
-// global memory, into the same mma slots. K's runs are row_slices(K, N)'s: each run's chunks are
-// summed from zero in order, and the runs' sums added in run order, as there. So a row rounds
-// the same here as alone at a decode step. Where row_matmul_kernel's warp loads its 16 x rows for
-// every tile of 8 outputs, here 64 rows meet 32 outputs a load (bench/NOTES.md, 2026-12-06,
-// fifth sitting: a 2,000-token prompt on Qwen3-8B-shaped layers).
-constexpr int kWideRows = 128, kWideStages = 3;
-template <typename T, int kKind, int kSlices>
-__global__ void __launch_bounds__(256, 1) row_wide_kernel(const T* __restrict__ x,
-                                                          const T* __restrict__ w, int rows,
-                                                          int K, int N, T* __restrict__ y,
-                                                          RowRotary<T> rot, bool tiled) {
+// for bit, with the operands shared through shared memory. A block takes 32 kM rows and
+// 16 / kSets tiles of 8 outputs; its 8 warps, 2 (rows) x 4 (outputs), each 16 kM rows (kM tiles
+// of 16) and 4 / kSets tiles of outputs. Stage by stage (kWideChunks chunks of 32 k, kWideStages
+// stages in flight, dynamic shared memory), the block copies its x rows and weight rows to shared
+// memory, and lane (g, t) reads there the 16 bytes (k in [32 c + 8 t, + 8) of rows g and g + 8,
+// and of weight row g) that row_matmul_kernel loads from global memory, into the same mma slots.
+// K's runs are row_slices(K, N)'s: each run's chunks are summed from zero in order, and the runs'
+// sums added in run order, as there. So a row rounds the same here as alone at a decode step.
+// Where row_matmul_kernel's warp loads its x rows for every tile of 8 outputs, here 16 kM rows
+// meet 32 outputs a load (bench/NOTES.md, 2026-12-06, fifth sitting).
+constexpr int kWideChunks = 2, kWideStages = 4, kWideWeightRows = 128;
+constexpr size_t wide_stage_bytes(int kM) {
+  return size_t{kWideChunks} * (32 * kM + kWideWeightRows) * 32 * 2;
+}
+template <typename T, int kKind, int kM, int kSlices>
+__global__ void __launch_bounds__(256, kM == 4 ? 1 : 2) row_wide_kernel(
+    const T* __restrict__ x, const T* __restrict__ w, int rows, int K, int N, T* __restrict__ y,
+    RowRotary<T> rot, bool tiled) {
   constexpr int kSets = kKind == kRowSwiGlu ? 2 : 1;
-  constexpr int kWarpTiles = 4 / kSets, kBlockTiles = 4 * kWarpTiles, kM = 4;
-  constexpr int kWeightRows = kBlockTiles * kSets * 8;  // 128
-  __shared__ alignas(16) T xs[kWideStages][kWideRows][32];
-  __shared__ alignas(16) T ws[kWideStages][kWeightRows][32];
+  constexpr int kWarpTiles = 4 / kSets, kBlockTiles = 4 * kWarpTiles, kRows = 32 * kM;
+  constexpr int kXUnits = kRows * 4 / 256, kWUnits = kWideWeightRows * 4 / 256;
+  // stage s, chunk j: x rows [kRows][32], then weight rows [kWideWeightRows][32]
+  extern __shared__ uint4 wide_shared[];
+  T* const shared = reinterpret_cast<T*>(wide_shared);
+  constexpr int kChunkValues = (kRows + kWideWeightRows) * 32;
+  auto x_at = [&](int stage, int j, int row) {
+    return shared + (stage * kWideChunks + j) * kChunkValues + row * 32;
+  };
+  auto w_at = [&](int stage, int j, int row) {
+    return shared + (stage * kWideChunks + j) * kChunkValues + (kRows + row) * 32;
+  };
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
   const int warp_m = warp & 1, warp_n = warp >> 1;
-  const int r0 = blockIdx.x * kWideRows, first_tile = blockIdx.y * kBlockTiles;
+  const int r0 = blockIdx.x * kRows, first_tile = blockIdx.y * kBlockTiles;
   const int chunks = (K + 31) / 32;
-  // what each thread copies: two 16-byte units of x (row q / 4, unit q % 4) and two of w (weight
-  // row q / 4 of the block: tile, set, row g), q = threadIdx.x + 256 i; their chunk-0 addresses
-  const T* x_from[2];
-  const T* w_from[2];
-  bool x_row[2], w_row_in[2];
-  int unit[2];
+  // what each thread copies of a chunk: kXUnits 16-byte units of x (row q / 4, unit q % 4) and
+  // kWUnits of w (weight row q / 4 of the block: tile, set, row), q = threadIdx.x + 256 i; their
+  // chunk-0 addresses
+  const T* x_from[kXUnits];
+  const T* w_from[kWUnits];
+  bool x_in[kXUnits], w_in[kWUnits];
   constexpr int64_t kRowStep = 32, kTiledStep = 256 * kSets;
   const int64_t w_step = tiled ? kTiledStep : kRowStep;
+  const int unit = threadIdx.x % 4;  // the same for every i (256 is a multiple of 4)
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int q = threadIdx.x + 256 * i, row = q / 4;
-    unit[i] = q % 4;
-    const int r = r0 + row;
-    x_row[i] = r < rows;
-    x_from[i] = x + static_cast<int64_t>(x_row[i] ? r : 0) * K + 8 * unit[i];
+  for (int i = 0; i < kXUnits; ++i) {
+    const int r = r0 + (threadIdx.x + 256 * i) / 4;
+    x_in[i] = r < rows;
+    x_from[i] = x + static_cast<int64_t>(x_in[i] ? r : 0) * K + 8 * unit;
+  }
+#pragma unroll
+  for (int i = 0; i < kWUnits; ++i) {
+    const int row = (threadIdx.x + 256 * i) / 4;
     const int tile = first_tile + row / (8 * kSets), set = (row / 8) % kSets, wg = row % 8;
     bool rotated;
     const int w_row = row_weight_row<kKind>(tile, wg, rot, tiled, &rotated);
-    w_row_in[i] = tiled ? tile * 8 < N : w_row < N;
-    w_from[i] = !w_row_in[i] ? w
-                : tiled      ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 +
-                              wg * 32 + 8 * unit[i]
-                             : w + (static_cast<int64_t>(set) * N + w_row) * K + 8 * unit[i];
+    w_in[i] = tiled ? tile * 8 < N : w_row < N;
+    w_from[i] = !w_in[i] ? w
+                : tiled  ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 +
+                          wg * 32 + 8 * unit
+                         : w + (static_cast<int64_t>(set) * N + w_row) * K + 8 * unit;
   }
-  auto copy_chunk = [&](int c, int stage) {
+  auto copy_stage = [&](int first_chunk, int stage) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int q = threadIdx.x + 256 * i;
-      const bool in_k = c * 32 + 8 * unit[i] < K;
-      const bool xv = in_k && x_row[i], wv = in_k && w_row_in[i];
-      copy_async16(&xs[stage][q / 4][8 * unit[i]], xv ? x_from[i] + c * 32 : x, xv);
-      copy_async16(&ws[stage][q / 4][8 * unit[i]], wv ? w_from[i] + c * w_step : w, wv);
+    for (int j = 0; j < kWideChunks; ++j) {
+      const int c = first_chunk + j;
+      const bool in_k = c < chunks && c * 32 + 8 * unit < K;
+#pragma unroll
+      for (int i = 0; i < kXUnits; ++i) {
+        const bool valid = in_k && x_in[i];
+        copy_async16(x_at(stage, j, (threadIdx.x + 256 * i) / 4) + 8 * unit,
+                     valid ? x_from[i] + c * 32 : x, valid);
+      }
+#pragma unroll
+      for (int i = 0; i < kWUnits; ++i) {
+        const bool valid = in_k && w_in[i];
+        copy_async16(w_at(stage, j, (threadIdx.x + 256 * i) / 4) + 8 * unit,
+                     valid ? w_from[i] + c * w_step : w, valid);
+      }
     }
   };
   float acc[kM][kWarpTiles][kSets][4] = {};
   float total[kSlices > 1 ? kM : 1][kSlices > 1 ? kWarpTiles : 1][kSets][4] = {};
+  const int steps = (chunks + kWideChunks - 1) / kWideChunks;
 #pragma unroll
   for (int s = 0; s < kWideStages - 1; ++s) {
-    if (s < chunks) copy_chunk(s, s);
+    if (s < steps) copy_stage(s * kWideChunks, s);
     copy_async_commit();
   }
   int slice = 0, slice_end = chunks / kSlices;
-  for (int c = 0; c < chunks; ++c) {
+  for (int step = 0; step < steps; ++step) {
     copy_async_wait<kWideStages - 2>();
-    __syncthreads();  // chunk c is in; every warp is done with the stage refilled next
-    const int next = c + kWideStages - 1;
-    if (next < chunks) copy_chunk(next, next % kWideStages);
+    __syncthreads();  // this step's chunks are in; every warp is done with the stage refilled next
+    const int next = step + kWideStages - 1;
+    if (next < steps) copy_stage(next * kWideChunks, next % kWideStages);
     copy_async_commit();
-    const int stage = c % kWideStages;
-    uint4 a[kM][2], b[kWarpTiles][kSets];
+    const int stage = step % kWideStages;
 #pragma unroll
-    for (int m = 0; m < kM; ++m)
+    for (int j = 0; j < kWideChunks; ++j) {
+      const int c = step * kWideChunks + j;
+      if (c >= chunks) break;
+      uint4 a[kM][2], b[kWarpTiles][kSets];
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        a[m][half] = *reinterpret_cast<const uint4*>(
-            &xs[stage][warp_m * 64 + 16 * m + 8 * half + g][8 * t]);
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-    for (int j = 0; j < kWarpTiles; ++j)
+        for (int half = 0; half < 2; ++half)
+          a[m][half] = *reinterpret_cast<const uint4*>(
+              x_at(stage, j, warp_m * 16 * kM + 16 * m + 8 * half + g) + 8 * t);
 #pragma unroll
-      for (int set = 0; set < kSets; ++set)
-        b[j][set] = *reinterpret_cast<const uint4*>(
-            &ws[stage][((warp_n * kWarpTiles + j) * kSets + set) * 8 + g][8 * t]);
+      for (int n = 0; n < kWarpTiles; ++n)
 #pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      const uint4 lo = a[m][0], hi = a[m][1];
+        for (int set = 0; set < kSets; ++set)
+          b[n][set] = *reinterpret_cast<const uint4*>(
+              w_at(stage, j, ((warp_n * kWarpTiles + n) * kSets + set) * 8 + g) + 8 * t);
 #pragma unroll
-      for (int j = 0; j < kWarpTiles; ++j)
+      for (int m = 0; m < kM; ++m) {
+        const uint4 lo = a[m][0], hi = a[m][1];
 #pragma unroll
-        for (int set = 0; set < kSets; ++set) {
-          const uint4 v = b[j][set];
-          mma_16816<T>(acc[m][j][set], lo.x, hi.x, lo.y, hi.y, v.x, v.y);
-          mma_16816<T>(acc[m][j][set], lo.z, hi.z, lo.w, hi.w, v.z, v.w);
+        for (int n = 0; n < kWarpTiles; ++n)
+#pragma unroll
+          for (int set = 0; set < kSets; ++set) {
+            const uint4 v = b[n][set];
+            mma_16816<T>(acc[m][n][set], lo.x, hi.x, lo.y, hi.y, v.x, v.y);
+            mma_16816<T>(acc[m][n][set], lo.z, hi.z, lo.w, hi.w, v.z, v.w);
+          }
+      }
+      if constexpr (kSlices > 1) {
+        // a run ends: its sums added to the earlier runs' (the first run's taken as they are)
+        while (slice < kSlices && c + 1 == slice_end) {
+#pragma unroll
+          for (int m = 0; m < kM; ++m)
+#pragma unroll
+            for (int n = 0; n < kWarpTiles; ++n)
+#pragma unroll
+              for (int set = 0; set < kSets; ++set)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                  total[m][n][set][i] = slice == 0 ? acc[m][n][set][i]
+                                                   : total[m][n][set][i] + acc[m][n][set][i];
+                  acc[m][n][set][i] = 0.f;
+                }
+          ++slice;
+          slice_end = (slice + 1) * chunks / kSlices;
         }
-    }
-    if constexpr (kSlices > 1) {
-      // a run ends: its sums added to the earlier runs' (the first run's taken as they are)
-      while (slice < kSlices && c + 1 == slice_end) {
-#pragma unroll
-        for (int m = 0; m < kM; ++m)
-#pragma unroll
-          for (int j = 0; j < kWarpTiles; ++j)
-#pragma unroll
-            for (int set = 0; set < kSets; ++set)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                total[m][j][set][i] =
-                    slice == 0 ? acc[m][j][set][i] : total[m][j][set][i] + acc[m][j][set][i];
-                acc[m][j][set][i] = 0.f;
-              }
-        ++slice;
-        slice_end = (slice + 1) * chunks / kSlices;
       }
     }
   }
@@ -1290,8 +1318,8 @@ __global__ void __launch_bounds__(256, 1) row_wide_kernel(const T* __restrict__ 
 #pragma unroll
   for (int m = 0; m < kM; ++m)
 #pragma unroll
-    for (int j = 0; j < kWarpTiles; ++j) {
-      const int tile = first_tile + warp_n * kWarpTiles + j;
+    for (int n = 0; n < kWarpTiles; ++n) {
+      const int tile = first_tile + warp_n * kWarpTiles + n;
       if (tile * 8 >= N) continue;
       bool rotated;
       row_weight_row<kKind>(tile, g, rot, tiled, &rotated);
@@ -1300,10 +1328,10 @@ __global__ void __launch_bounds__(256, 1) row_wide_kernel(const T* __restrict__ 
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int set = 0; set < kSets; ++set)
-          sums[i][set] = kSlices > 1 ? total[kSlices > 1 ? m : 0][kSlices > 1 ? j : 0][set][i]
-                                     : acc[m][j][set][i];
-      row_epilogue<T, kKind, kSets>(sums, tile, rotated, r0 + warp_m * 64 + 16 * m, rows, N, y,
-                                    rot);
+          sums[i][set] = kSlices > 1 ? total[kSlices > 1 ? m : 0][kSlices > 1 ? n : 0][set][i]
+                                     : acc[m][n][set][i];
+      row_epilogue<T, kKind, kSets>(sums, tile, rotated, r0 + warp_m * 16 * kM + 16 * m, rows,
+                                    N, y, rot);
     }
 }
 
@@ -1441,29 +1469,69 @@ void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
 #define ROW_WIDE_ROWS 64
 #endif
 
-// row_wide_kernel over `rows` rows on `stream`: row blocks side by side for the same outputs
-// (grid x), as launch_row_tiles has them
-template <typename T, int kKind>
-void launch_row_wide(const T* x, const T* w, int rows, int K, int N, T* y,
-                     const RowRotary<T>& rot, bool tiled, cudaStream_t stream) {
-  constexpr int kBlockTiles = kKind == kRowSwiGlu ? 8 : 16;
-  const dim3 grid((rows + kWideRows - 1) / kWideRows, ((N + 7) / 8 + kBlockTiles - 1) / kBlockTiles);
-  const int slices = row_slices(K, N);
-  auto kernel = slices == 1   ? row_wide_kernel<T, kKind, 1>
-                : slices == 2 ? row_wide_kernel<T, kKind, 2>
-                : slices == 4 ? row_wide_kernel<T, kKind, 4>
-                              : row_wide_kernel<T, kKind, 8>;
-  kernel<<<grid, 256, 0, stream>>>(x, w, rows, K, N, y, rot, tiled);
+// row_wide_kernel's build for kM tiles of 16 rows a warp and `slices` runs of K
+template <typename T, int kKind, int kM>
+auto row_wide_for(int slices) {
+  return slices == 1   ? row_wide_kernel<T, kKind, kM, 1>
+         : slices == 2 ? row_wide_kernel<T, kKind, kM, 2>
+         : slices == 4 ? row_wide_kernel<T, kKind, kM, 4>
+                       : row_wide_kernel<T, kKind, kM, 8>;
 }
 
-// whether a prompt's rows take row_wide_kernel (CELLSPEC_ROW_WIDE=0: row_matmul_kernel's tiles of
-// 64 rows, as before it; the same sums either way)
-bool wide_tiles() {
-  static const bool wide = [] {
-    const char* setting = std::getenv("CELLSPEC_ROW_WIDE");
-    return !(setting && std::string(setting) == "0");
-  }();
-  return wide;
+// row_wide_kernel's builds for T and kKind allowed the dynamic shared memory they take (over
+// 48 KB): once, when an op's kernel is made (at session load, so never during a graph capture)
+template <typename T, int kKind>
+void prepare_row_wide() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int slices : {1, 2, 4, 8}) {
+      cudaFuncSetAttribute(row_wide_for<T, kKind, 4>(slices),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kWideStages * wide_stage_bytes(4)));
+      cudaFuncSetAttribute(row_wide_for<T, kKind, 2>(slices),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kWideStages * wide_stage_bytes(2)));
+    }
+  });
+}
+
+// how a prompt's rows are tiled: CELLSPEC_ROW_WIDE unset, by row_wide_kernel (4 tiles of 16 rows a
+// warp where that gives a grid of 2 blocks a multiprocessor or more, else 2), or where even
+// that grid is under 0.3 blocks a multiprocessor, by row_matmul_kernel's tiles of 64 rows;
+// set to 4, 2 or 0, always that one (the same sums whichever: a measurement's switch)
+int wide_setting() {
+  const char* value = std::getenv("CELLSPEC_ROW_WIDE");  // read at each prompt's launch: tests
+  const std::string text(value ? value : "");           // set it per case
+  return text == "4" ? 4 : text == "2" ? 2 : text == "0" ? 0 : -1;
+}
+
+// row_wide_kernel over `rows` rows on `stream` (kM as row_wide_tiles chooses): row blocks side by
+// side for the same outputs (grid x), as launch_row_tiles has them
+template <typename T, int kKind>
+void launch_row_wide(int kM, const T* x, const T* w, int rows, int K, int N, T* y,
+                     const RowRotary<T>& rot, bool tiled, cudaStream_t stream) {
+  constexpr int kBlockTiles = kKind == kRowSwiGlu ? 8 : 16;
+  const dim3 grid((rows + 32 * kM - 1) / (32 * kM),
+                  ((N + 7) / 8 + kBlockTiles - 1) / kBlockTiles);
+  const int slices = row_slices(K, N);
+  const size_t shared = kWideStages * wide_stage_bytes(kM);
+  if (kM == 4)
+    row_wide_for<T, kKind, 4>(slices)<<<grid, 256, shared, stream>>>(x, w, rows, K, N, y, rot,
+                                                                       tiled);
+  else
+    row_wide_for<T, kKind, 2>(slices)<<<grid, 256, shared, stream>>>(x, w, rows, K, N, y, rot,
+                                                                       tiled);
+}
+
+// row_wide_kernel's kM for `rows` rows and N outputs, or 0 for row_matmul_kernel's 64-row tiles
+template <int kKind>
+int row_wide_tiles(int rows, int N) {
+  if (wide_setting() >= 0) return wide_setting();
+  constexpr int kBlockTiles = kKind == kRowSwiGlu ? 8 : 16;
+  const int64_t across = ((N + 7) / 8 + kBlockTiles - 1) / kBlockTiles;
+  const int64_t sms = multiprocessors();
+  if ((rows + 127) / 128 * across >= 2 * sms) return 4;
+  return 10 * ((rows + 63) / 64 * across) >= 3 * sms ? 2 : 0;
 }
 
 // With constant_w (an initializer: no kernel of the step writes it), an overlapped launch
@@ -1473,8 +1541,8 @@ void launch_row_matmul(const T* x, const T* w, int rows, int K, int N, T* y, boo
                        bool tiled, cudaStream_t stream, const RowRotary<T>& rot = {}) {
   if (rows <= ROW_WIDE_ROWS)
     launch_row_tiles<T, kKind, 1>(x, w, rows, K, N, y, rot, constant_w, tiled, stream);
-  else if (wide_tiles())
-    launch_row_wide<T, kKind>(x, w, rows, K, N, y, rot, tiled, stream);
+  else if (const int kM = row_wide_tiles<kKind>(rows, N))
+    launch_row_wide<T, kKind>(kM, x, w, rows, K, N, y, rot, tiled, stream);
   else
     launch_row_tiles<T, kKind, 4>(x, w, rows, K, N, y, rot, constant_w, tiled, stream);
 }
@@ -2198,7 +2266,9 @@ struct RowMatMulKernel {
 
   bool constant_w;
 
-  explicit RowMatMulKernel(const OrtKernelInfo* info) : constant_w(constant_input(info, 1)) {}
+  explicit RowMatMulKernel(const OrtKernelInfo* info) : constant_w(constant_input(info, 1)) {
+    prepare_row_wide<T, kGlu ? kRowSwiGlu : kRowPlain>();
+  }
 
   OrtStatus* ComputeV2(OrtKernelContext* context) { return compute(*this, context); }
 
@@ -2257,6 +2327,7 @@ struct RowMatMulRotaryKernel {
   bool constant_w;
 
   explicit RowMatMulRotaryKernel(const OrtKernelInfo* info) : constant_w(constant_input(info, 1)) {
+    prepare_row_wide<T, kRowRotary>();
     Ort::ConstKernelInfo attrs(info);
     heads = attrs.GetAttribute<int64_t>("num_heads");
     kv_heads = attrs.GetAttribute<int64_t>("kv_num_heads");

@@ -651,12 +651,26 @@ def test_rewritten_projections_fold_their_tiled_weights_on_the_device(cell_libra
 WIDE_SHAPES = [(300, 4096, 1024), (200, 1544, 576), (129, 576, 6144), (130, 576, 16384)]
 
 
+# CELLSPEC_ROW_WIDE: a prompt's rows on row_wide_kernel with 4 or 2 tiles of 16 rows a warp, on
+# row_matmul_kernel's tiles of 64 rows, or as the plugin chooses (unset)
+PROMPT_TILES = ["4", "2", "0", None]
+
+
+def tile_prompts(monkeypatch, setting):
+    if setting is None:
+        monkeypatch.delenv("CELLSPEC_ROW_WIDE", raising=False)
+    else:
+        monkeypatch.setenv("CELLSPEC_ROW_WIDE", setting)
+
+
+@pytest.mark.parametrize("setting", PROMPT_TILES)
 @pytest.mark.parametrize("rows,K,N", WIDE_SHAPES)
-def test_a_prompts_rows_round_as_each_row_alone(cell_library, rows, K, N):
-    """More than 64 rows (a prompt) take row_wide_kernel, 64 or fewer row_matmul_kernel: every
-    row's outputs of RowMatMul and RowMatMulSwiGlu, untiled and tiled, are the same bits among all
-    the rows, alone, among 17 and among 64 (and all rows within float16's error of a float64
-    reference)."""
+def test_a_prompts_rows_round_as_each_row_alone(cell_library, monkeypatch, rows, K, N, setting):
+    """More than 64 rows (a prompt) take row_wide_kernel or 64-row tiles, 64 or fewer
+    row_matmul_kernel's 16-row tiles: every row's outputs of RowMatMul and RowMatMulSwiGlu,
+    untiled and tiled, are the same bits among all the rows, alone, among 17 and among 64 (and
+    all rows within float16's error of a float64 reference)."""
+    tile_prompts(monkeypatch, setting)
     rng = np.random.default_rng(rows + K + N)
     x = rng.standard_normal((rows, K)).astype(np.float16)
     w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
@@ -677,11 +691,14 @@ def test_a_prompts_rows_round_as_each_row_alone(cell_library, rows, K, N):
             assert np.array_equal(part, full[subset]), (op, len(subset))
 
 
-def test_a_prompts_rotated_projection_rounds_as_each_row_alone(cell_library):
-    """RowMatMulRotary on 300 rows of a Qwen3-8B-shaped qkv projection (row_wide_kernel's rotary
+@pytest.mark.parametrize("setting", PROMPT_TILES)
+def test_a_prompts_rotated_projection_rounds_as_each_row_alone(cell_library, monkeypatch,
+                                                                setting):
+    """RowMatMulRotary on 300 rows of a Qwen3-8B-shaped qkv projection (the prompt tiles' rotary
     epilogue), untiled and tiled: q, k and v of each row the same bits as the row's alone."""
     from cellspec.rewrite.kernels import rotary_row_order
 
+    tile_prompts(monkeypatch, setting)
     heads, kv_heads, head_dim, K, rows = 32, 8, 128, 4096, 300
     rng = np.random.default_rng(5)
     N = (heads + 2 * kv_heads) * head_dim
