@@ -1462,9 +1462,10 @@ void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
                tiled);
 }
 
-// row_matmul_kernel over `rows` rows of x on `stream`: 16 rows a block up to ROW_WIDE_ROWS
-// rows (a decode batch, a verify), 64 beyond (a prompt: fewer passes over the weights). The
-// same arithmetic for a row whichever. N: the sums (for kRowSwiGlu, half of w's rows).
+// RowMatMul's sums over `rows` rows of x on `stream`: row_matmul_kernel's blocks of 16 rows up to
+// ROW_WIDE_ROWS rows (a decode batch, a verify); beyond (a prompt), row_wide_kernel or
+// row_matmul_kernel's blocks of 64 rows as row_wide_tiles chooses. The same arithmetic for a row
+// whichever. N: the sums (for kRowSwiGlu, half of w's rows).
 #ifndef ROW_WIDE_ROWS
 #define ROW_WIDE_ROWS 64
 #endif
@@ -1478,27 +1479,45 @@ auto row_wide_for(int slices) {
                        : row_wide_kernel<T, kKind, kM, 8>;
 }
 
+// whether this device lets a block take row_wide_kernel's shared memory at kM (its opt-in limit:
+// 227 KB on the H100 and H200, 163 KB on the A100, 99 KB on compute capability 8.6 and 8.9, so
+// that kM 4's 128 KB does not fit there and kM 2's 96 KB does)
+bool wide_fits(int kM) {
+  static const int limit = [] {
+    int device = 0, value = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    return value;
+  }();
+  return kWideStages * wide_stage_bytes(kM) <= static_cast<size_t>(limit);
+}
+
 // row_wide_kernel's builds for T and kKind allowed the dynamic shared memory they take (over
-// 48 KB): once, when an op's kernel is made (at session load, so never during a graph capture)
+// 48 KB) where it fits: once, when an op's kernel is made (at session load, so never during a
+// graph capture). A refusal is cleared, so that no later launch reads it as its own error.
 template <typename T, int kKind>
 void prepare_row_wide() {
   static std::once_flag once;
   std::call_once(once, [] {
     for (int slices : {1, 2, 4, 8}) {
-      cudaFuncSetAttribute(row_wide_for<T, kKind, 4>(slices),
-                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kWideStages * wide_stage_bytes(4)));
-      cudaFuncSetAttribute(row_wide_for<T, kKind, 2>(slices),
-                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kWideStages * wide_stage_bytes(2)));
+      if (wide_fits(4))
+        cudaFuncSetAttribute(row_wide_for<T, kKind, 4>(slices),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kWideStages * wide_stage_bytes(4)));
+      if (wide_fits(2))
+        cudaFuncSetAttribute(row_wide_for<T, kKind, 2>(slices),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kWideStages * wide_stage_bytes(2)));
     }
+    cudaGetLastError();
   });
 }
 
-// how a prompt's rows are tiled: CELLSPEC_ROW_WIDE unset, by row_wide_kernel (4 tiles of 16 rows a
-// warp where that gives a grid of 2 blocks a multiprocessor or more, else 2), or where even
-// that grid is under 0.3 blocks a multiprocessor, by row_matmul_kernel's tiles of 64 rows;
-// set to 4, 2 or 0, always that one (the same sums whichever: a measurement's switch)
+// how a prompt's rows are tiled: CELLSPEC_ROW_WIDE unset (or another value), by row_wide_kernel
+// (4 tiles of 16 rows a warp where that gives a grid of 2 blocks a multiprocessor or more, else
+// 2), or where even that grid is under 0.3 blocks a multiprocessor, by row_matmul_kernel's tiles
+// of 64 rows; set to 4, 2 or 0, that one where it fits (the same sums whichever: a switch for
+// tests and measurements)
 int wide_setting() {
   const char* value = std::getenv("CELLSPEC_ROW_WIDE");  // read at each prompt's launch: tests
   const std::string text(value ? value : "");           // set it per case
@@ -1526,12 +1545,18 @@ void launch_row_wide(int kM, const T* x, const T* w, int rows, int K, int N, T* 
 // row_wide_kernel's kM for `rows` rows and N outputs, or 0 for row_matmul_kernel's 64-row tiles
 template <int kKind>
 int row_wide_tiles(int rows, int N) {
-  if (wide_setting() >= 0) return wide_setting();
-  constexpr int kBlockTiles = kKind == kRowSwiGlu ? 8 : 16;
-  const int64_t across = ((N + 7) / 8 + kBlockTiles - 1) / kBlockTiles;
-  const int64_t sms = multiprocessors();
-  if ((rows + 127) / 128 * across >= 2 * sms) return 4;
-  return 10 * ((rows + 63) / 64 * across) >= 3 * sms ? 2 : 0;
+  int kM = wide_setting();
+  if (kM < 0) {
+    constexpr int kBlockTiles = kKind == kRowSwiGlu ? 8 : 16;
+    const int64_t across = ((N + 7) / 8 + kBlockTiles - 1) / kBlockTiles;
+    const int64_t sms = multiprocessors();
+    kM = (rows + 127) / 128 * across >= 2 * sms           ? 4
+         : 10 * ((rows + 63) / 64 * across) >= 3 * sms ? 2
+                                                        : 0;
+  }
+  // where the device's shared memory is smaller: fewer rows a block, or the 64-row tiles
+  if (kM == 4 && !wide_fits(4)) kM = 2;
+  return kM == 2 && !wide_fits(2) ? 0 : kM;
 }
 
 // With constant_w (an initializer: no kernel of the step writes it), an overlapped launch
