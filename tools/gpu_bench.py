@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import os
 import statistics
 import sys
 import time
@@ -583,6 +584,29 @@ PROJECTIONS = {"A": [("qkv", 576, 960, False), ("gate_up", 576, 1536, True),
                      ("down", 12288, 4096, False)]}
 
 
+def projection_forms(libraries: list[str], tilings: str) -> list[tuple[str, str, str | None]]:
+    """The forms `projections` times, as (label, library, tiling): cuBLAS, then each library of
+    cellspec's ops, once, or once per tiling of a prompt's rows in `tilings` (comma-separated
+    CELLSPEC_ROW_WIDE values, "choice" for the variable unset: the plugin reads it at each
+    launch, so that one process times them all)."""
+    chosen = [t.strip() for t in tilings.split(",") if t.strip()]
+    unknown = sorted(set(chosen) - {"choice", "4", "2", "0"})
+    if unknown:
+        raise SystemExit(f"--tilings {tilings!r}: unknown {unknown}; expected choice, 4, 2 or 0")
+    forms: list[tuple[str, str, str | None]] = [("cublas", "row", None)]
+    for library in libraries:
+        forms += [(f"{library}@{t}", library, t) for t in chosen] or [(library, library, None)]
+    return forms
+
+
+def set_row_tiling(tiling: str | None) -> None:
+    """CELLSPEC_ROW_WIDE for a `projection_forms` tiling ("choice": unset; None: left as it is)."""
+    if tiling == "choice":
+        os.environ.pop("CELLSPEC_ROW_WIDE", None)
+    elif tiling is not None:
+        os.environ["CELLSPEC_ROW_WIDE"] = tiling
+
+
 def cmd_projections(args) -> None:
     """One projection of each kind, by ONNX Runtime's MatMul (cuBLAS; the SwiGLU after, as
     cellspec's SwiGlu op) and by cellspec's RowMatMul / RowMatMulSwiGlu, at each row count: the
@@ -599,6 +623,7 @@ def cmd_projections(args) -> None:
     for variant in filter(None, args.variants.split(";")):
         name, _, flags = variant.partition("=")
         libraries[f"row-{name}"] = variant_library(name, flags.split())
+    forms = projection_forms(list(libraries), args.tilings)
     rng = np.random.default_rng(0)
     results = []
     for shape in args.shapes.split(","):
@@ -611,7 +636,8 @@ def cmd_projections(args) -> None:
                 for _ in range(repeat)] for form in ("cublas", "row")}
             for rows in (int(r) for r in args.rows.split(",")):
                 x = rng.standard_normal((rows, K), np.float32).astype(np.float16)
-                for form in ("cublas", *libraries):
+                for form, library, tiling in forms:
+                    set_row_tiling(tiling)
                     nodes, outputs = [], []
                     for i in range(repeat):
                         if form != "cublas":
@@ -638,8 +664,7 @@ def cmd_projections(args) -> None:
                     model = helper.make_model(graph, ir_version=10, opset_imports=[
                         helper.make_opsetid("", 23), helper.make_opsetid("cellspec", 1)])
                     options = ort.SessionOptions()
-                    options.register_custom_ops_library(str(libraries.get(form,
-                                                                          libraries["row"])))
+                    options.register_custom_ops_library(str(libraries[library]))
                     session = ort.InferenceSession(model.SerializeToString(), options,
                                                    providers=["CUDAExecutionProvider"])
                     binding = session.io_binding()
@@ -1384,6 +1409,9 @@ def main() -> None:
     projections.add_argument("--rows", default="1,8,16,32,64,256,1024")
     projections.add_argument("--repeat", type=int, default=8)
     projections.add_argument("--runs", type=int, default=10)
+    projections.add_argument("--tilings", default="", help="a prompt's rows on each tiling, in one "
+                             "process: CELLSPEC_ROW_WIDE values, e.g. choice,4,2,0 (default: as "
+                             "the environment has it)")
     projections.add_argument("--variants", default="", help="more builds of the plugin to time, "
                              "NAME=FLAGS;... (e.g. w1024=-DROW_MIN_WARPS=1024)")
     summary = commands.add_parser(

@@ -1,5 +1,7 @@
 """tools/gpu_bench.py's host-side helpers (the GPU runs themselves are measured, not tested)."""
 
+import os
+
 import pytest
 
 from tools.gpu_bench import agreement
@@ -282,3 +284,23 @@ def test_summarize_gives_a_line_per_row_and_the_messages_not_the_tracebacks():
         "RuntimeError: " + "x" * 26,
         "a message with {braces} in it",
     ]
+
+
+def test_projection_forms_time_each_library_once_or_per_tiling_and_refuse_unknown_ones(
+        monkeypatch):
+    from tools.gpu_bench import projection_forms, set_row_tiling
+
+    assert projection_forms(["row", "row-old"], "") == [
+        ("cublas", "row", None), ("row", "row", None), ("row-old", "row-old", None)]
+    assert projection_forms(["row"], "choice, 4,0") == [
+        ("cublas", "row", None), ("row@choice", "row", "choice"), ("row@4", "row", "4"),
+        ("row@0", "row", "0")]
+    with pytest.raises(SystemExit, match="unknown \\['1', 'wide'\\]"):
+        projection_forms(["row"], "choice,1,wide")
+    monkeypatch.setenv("CELLSPEC_ROW_WIDE", "2")
+    set_row_tiling(None)
+    assert os.environ["CELLSPEC_ROW_WIDE"] == "2"
+    set_row_tiling("0")
+    assert os.environ["CELLSPEC_ROW_WIDE"] == "0"
+    set_row_tiling("choice")
+    assert "CELLSPEC_ROW_WIDE" not in os.environ
