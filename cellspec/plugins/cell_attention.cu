@@ -961,21 +961,22 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
 }
 #undef CELLSPEC_MMA_16816
 
+// whether tile `tile` of 8 outputs is a rotated (q or k) head's: RowMatMulRotary's first
+// (H + KV) (D / 2 / 4) tiles, 4 rotated pairs each
+template <int kKind, typename T>
+__device__ __forceinline__ bool row_tile_rotated(int tile, const RowRotary<T>& rot) {
+  return kKind == kRowRotary && tile < (rot.H + rot.KV) * (rot.D / 2 / 4);
+}
+
 // the weight row (of w [kSets N, K]) that lane group g of tile `tile` loads: tile * 8 + g, or in
-// a rotated head's tile the pair g / 2's first (g even) or second row; *rotated: whether the tile
-// is a rotated (q or k) head's. A tiled weight's rows are in the rotated order already.
+// a rotated head's tile the pair g / 2's first (g even) or second row. A tiled weight's rows are
+// in the rotated order already.
 template <int kKind, typename T>
 __device__ __forceinline__ int row_weight_row(int tile, int g, const RowRotary<T>& rot,
-                                              bool tiled, bool* rotated) {
-  int w_row = tile * 8 + g;
-  *rotated = false;
-  if (kKind == kRowRotary) {
-    const int half = rot.D / 2, per_head = half / 4;
-    *rotated = tile < (rot.H + rot.KV) * per_head;
-    if (*rotated && !tiled)
-      w_row = (tile / per_head) * rot.D + (tile % per_head) * 4 + g / 2 + (g & 1) * half;
-  }
-  return w_row;
+                                              bool tiled) {
+  if (tiled || !row_tile_rotated<kKind>(tile, rot)) return tile * 8 + g;
+  const int half = rot.D / 2, per_head = half / 4;
+  return (tile / per_head) * rot.D + (tile % per_head) * 4 + g / 2 + (g & 1) * half;
 }
 
 // the epilogue (kKind) of a tile of 8 outputs and 16 rows from r_top whose sums lane (g, t) holds
@@ -1036,8 +1037,8 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
   const int tile = blockIdx.y * (kRowWarps / kSlices) + warp / kSlices;
   const int n0 = tile * 8;
   const int r0 = blockIdx.x * 16 * kMTiles;
-  bool rotated;
-  const int w_row = row_weight_row<kKind>(tile, g, rot, tiled, &rotated);
+  const bool rotated = row_tile_rotated<kKind>(tile, rot);
+  const int w_row = row_weight_row<kKind>(tile, g, rot, tiled);
   const bool has_n = tiled ? n0 < N : w_row < N;
   const int chunks = (K + 31) / 32;
   const int begin = slice * chunks / kSlices, end = (slice + 1) * chunks / kSlices;
@@ -1181,12 +1182,18 @@ constexpr int kWideChunks = 2, kWideStages = 4, kWideWeightRows = 128;
 constexpr size_t wide_stage_bytes(int kM) {
   return size_t{kWideChunks} * (32 * kM + kWideWeightRows) * 32 * 2;
 }
+// a block's tiles of 8 outputs: kWideWeightRows weight rows, each tile one (RowMatMul) or two
+// (RowMatMulSwiGlu: gate and up) sets of 8
+__host__ __device__ constexpr int wide_block_tiles(int kKind) {
+  return kWideWeightRows / 8 / (kKind == kRowSwiGlu ? 2 : 1);
+}
 template <typename T, int kKind, int kM, int kSlices>
 __global__ void __launch_bounds__(256, kM == 4 ? 1 : 2) row_wide_kernel(
     const T* __restrict__ x, const T* __restrict__ w, int rows, int K, int N, T* __restrict__ y,
     RowRotary<T> rot, bool tiled) {
   constexpr int kSets = kKind == kRowSwiGlu ? 2 : 1;
-  constexpr int kWarpTiles = 4 / kSets, kBlockTiles = 4 * kWarpTiles, kRows = 32 * kM;
+  constexpr int kBlockTiles = wide_block_tiles(kKind), kWarpTiles = kBlockTiles / 4;
+  constexpr int kRows = 32 * kM;
   constexpr int kXUnits = kRows * 4 / 256, kWUnits = kWideWeightRows * 4 / 256;
   // stage s, chunk j: x rows [kRows][32], then weight rows [kWideWeightRows][32]
   extern __shared__ uint4 wide_shared[];
@@ -1221,8 +1228,7 @@ __global__ void __launch_bounds__(256, kM == 4 ? 1 : 2) row_wide_kernel(
   for (int i = 0; i < kWUnits; ++i) {
     const int row = (threadIdx.x + 256 * i) / 4;
     const int tile = first_tile + row / (8 * kSets), set = (row / 8) % kSets, wg = row % 8;
-    bool rotated;
-    const int w_row = row_weight_row<kKind>(tile, wg, rot, tiled, &rotated);
+    const int w_row = row_weight_row<kKind>(tile, wg, rot, tiled);
     w_in[i] = tiled ? tile * 8 < N : w_row < N;
     w_from[i] = !w_in[i] ? w
                 : tiled  ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 +
@@ -1321,17 +1327,17 @@ __global__ void __launch_bounds__(256, kM == 4 ? 1 : 2) row_wide_kernel(
     for (int n = 0; n < kWarpTiles; ++n) {
       const int tile = first_tile + warp_n * kWarpTiles + n;
       if (tile * 8 >= N) continue;
-      bool rotated;
-      row_weight_row<kKind>(tile, g, rot, tiled, &rotated);
       float sums[4][kSets];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int set = 0; set < kSets; ++set)
-          sums[i][set] = kSlices > 1 ? total[kSlices > 1 ? m : 0][kSlices > 1 ? n : 0][set][i]
-                                     : acc[m][n][set][i];
-      row_epilogue<T, kKind, kSets>(sums, tile, rotated, r0 + warp_m * 16 * kM + 16 * m, rows,
-                                    N, y, rot);
+          if constexpr (kSlices > 1)
+            sums[i][set] = total[m][n][set][i];
+          else
+            sums[i][set] = acc[m][n][set][i];
+      row_epilogue<T, kKind, kSets>(sums, tile, row_tile_rotated<kKind>(tile, rot),
+                                    r0 + warp_m * 16 * kM + 16 * m, rows, N, y, rot);
     }
 }
 
@@ -1524,14 +1530,19 @@ int wide_setting() {
   return text == "4" ? 4 : text == "2" ? 2 : text == "0" ? 0 : -1;
 }
 
-// row_wide_kernel over `rows` rows on `stream` (kM as row_wide_tiles chooses): row blocks side by
-// side for the same outputs (grid x), as launch_row_tiles has them
+// row_wide_kernel's grid at kM for `rows` rows and N outputs: row blocks side by side for the
+// same outputs (grid x), as launch_row_tiles has them
+template <int kKind>
+dim3 wide_grid(int kM, int rows, int N) {
+  constexpr int kBlockTiles = wide_block_tiles(kKind);
+  return dim3((rows + 32 * kM - 1) / (32 * kM), ((N + 7) / 8 + kBlockTiles - 1) / kBlockTiles);
+}
+
+// row_wide_kernel over `rows` rows on `stream` (kM as row_wide_tiles chooses)
 template <typename T, int kKind>
 void launch_row_wide(int kM, const T* x, const T* w, int rows, int K, int N, T* y,
                      const RowRotary<T>& rot, bool tiled, cudaStream_t stream) {
-  constexpr int kBlockTiles = kKind == kRowSwiGlu ? 8 : 16;
-  const dim3 grid((rows + 32 * kM - 1) / (32 * kM),
-                  ((N + 7) / 8 + kBlockTiles - 1) / kBlockTiles);
+  const dim3 grid = wide_grid<kKind>(kM, rows, N);
   const int slices = row_slices(K, N);
   const size_t shared = kWideStages * wide_stage_bytes(kM);
   if (kM == 4)
@@ -1547,12 +1558,12 @@ template <int kKind>
 int row_wide_tiles(int rows, int N) {
   int kM = wide_setting();
   if (kM < 0) {
-    constexpr int kBlockTiles = kKind == kRowSwiGlu ? 8 : 16;
-    const int64_t across = ((N + 7) / 8 + kBlockTiles - 1) / kBlockTiles;
+    auto blocks = [&](int m) {
+      const dim3 grid = wide_grid<kKind>(m, rows, N);
+      return int64_t{grid.x} * grid.y;
+    };
     const int64_t sms = multiprocessors();
-    kM = (rows + 127) / 128 * across >= 2 * sms           ? 4
-         : 10 * ((rows + 63) / 64 * across) >= 3 * sms ? 2
-                                                        : 0;
+    kM = blocks(4) >= 2 * sms ? 4 : 10 * blocks(2) >= 3 * sms ? 2 : 0;
   }
   // where the device's shared memory is smaller: fewer rows a block, or the 64-row tiles
   if (kM == 4 && !wide_fits(4)) kM = 2;
