@@ -590,9 +590,10 @@ def projection_forms(libraries: list[str], tilings: str) -> list[tuple[str, str,
     CELLSPEC_ROW_WIDE values, "choice" for the variable unset: the plugin reads it at each
     launch, so that one process times them all)."""
     chosen = [t.strip() for t in tilings.split(",") if t.strip()]
-    unknown = sorted(set(chosen) - {"choice", "4", "2", "0"})
+    unknown = sorted(set(chosen) - {"choice", "g", "4", "2", "0"})
     if unknown:
-        raise SystemExit(f"--tilings {tilings!r}: unknown {unknown}; expected choice, 4, 2 or 0")
+        raise SystemExit(f"--tilings {tilings!r}: unknown {unknown}; expected choice, g, 4, 2 "
+                         "or 0")
     forms: list[tuple[str, str, str | None]] = [("cublas", "row", None)]
     for library in libraries:
         forms += [(f"{library}@{t}", library, t) for t in chosen] or [(library, library, None)]
@@ -1410,7 +1411,7 @@ def main() -> None:
     projections.add_argument("--repeat", type=int, default=8)
     projections.add_argument("--runs", type=int, default=10)
     projections.add_argument("--tilings", default="", help="a prompt's rows on each tiling, in one "
-                             "process: CELLSPEC_ROW_WIDE values, e.g. choice,4,2,0 (default: as "
+                             "process: CELLSPEC_ROW_WIDE values, e.g. choice,g,4,2,0 (default: as "
                              "the environment has it)")
     projections.add_argument("--variants", default="", help="more builds of the plugin to time, "
                              "NAME=FLAGS;... (e.g. w1024=-DROW_MIN_WARPS=1024)")

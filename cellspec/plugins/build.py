@@ -88,11 +88,35 @@ def source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def library_path(include: Path, compiler: str) -> Path:
-    """Where the build of this source with these headers and this compiler lives."""
+def compute_capability() -> str | None:
+    """The first GPU's compute capability as nvidia-smi reports it ("9.0"), or None where it
+    cannot say."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.split()
+    return lines[0] if done.returncode == 0 and lines else None
+
+
+def arch_flags(capability: str | None) -> list[str]:
+    """nvcc's target for this machine's GPU: compute capability 9.0 (H100, H200) gets sm_90a, the
+    architecture-specific code that has Hopper's warpgroup MMA, and CELLSPEC_WGMMA so that the
+    source launches its row_wgmma_kernel for prompts; any other (or an unknown) GPU nvcc's
+    -arch=native."""
+    if capability == "9.0":
+        return ["-gencode", "arch=compute_90a,code=sm_90a", "-DCELLSPEC_WGMMA=1"]
+    return ["-arch=native"]
+
+
+def library_path(include: Path, compiler: str, flags: list[str] | None = None) -> Path:
+    """Where the build of this source with these headers, this compiler and these target flags
+    lives."""
     toolchain = hashlib.sha256(compiler.encode())
     header = include / "onnxruntime_c_api.h"
     toolchain.update(header.read_bytes() if header.is_file() else b"")
+    toolchain.update(" ".join(flags or []).encode())
     return plugin_folder() / f"libcellspec_cuda-{source_digest()}-{toolchain.hexdigest()[:8]}.so"
 
 
@@ -107,12 +131,13 @@ def build_library(force: bool = False, progress: bool = True) -> Path:
 
     include, compiler = ort_include(), nvcc()
     check_api_version(include)
-    target = library_path(include, compiler)
+    flags = arch_flags(compute_capability())
+    target = library_path(include, compiler, flags)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         made = Path(scratch) / target.name
         command = [compiler, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
-                   "-arch=native", f"-I{include}", str(SOURCE), "-o", str(made)]
+                   *flags, f"-I{include}", str(SOURCE), "-o", str(made)]
         try:
             with stage(f"building cellspec's CUDA kernels ({SOURCE.name}, once per source)",
                        enabled=progress):

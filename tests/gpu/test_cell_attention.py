@@ -651,9 +651,10 @@ def test_rewritten_projections_fold_their_tiled_weights_on_the_device(cell_libra
 WIDE_SHAPES = [(300, 4096, 1024), (200, 1544, 576), (129, 576, 6144), (130, 576, 16384)]
 
 
-# CELLSPEC_ROW_WIDE: a prompt's rows on row_wide_kernel with 4 or 2 tiles of 16 rows a warp, on
-# row_matmul_kernel's tiles of 64 rows, or as the plugin chooses (unset)
-PROMPT_TILES = ["4", "2", "0", None]
+# CELLSPEC_ROW_WIDE: a prompt's rows on row_wgmma_kernel (g; row_wide_kernel's 4 where the build
+# has no wgmma), on row_wide_kernel with 4 or 2 tiles of 16 rows a warp, on row_matmul_kernel's
+# tiles of 64 rows, or as the plugin chooses (unset)
+PROMPT_TILES = ["g", "4", "2", "0", None]
 
 
 def tile_prompts(monkeypatch, setting):
@@ -666,8 +667,8 @@ def tile_prompts(monkeypatch, setting):
 @pytest.mark.parametrize("setting", PROMPT_TILES)
 @pytest.mark.parametrize("rows,K,N", WIDE_SHAPES)
 def test_a_prompts_rows_round_as_each_row_alone(cell_library, monkeypatch, rows, K, N, setting):
-    """More than 64 rows (a prompt) take row_wide_kernel or 64-row tiles, 64 or fewer
-    row_matmul_kernel's 16-row tiles: every row's outputs of RowMatMul and RowMatMulSwiGlu,
+    """More than 64 rows (a prompt) take row_wgmma_kernel, row_wide_kernel or 64-row tiles, 64 or
+    fewer row_matmul_kernel's 16-row tiles: every row's outputs of RowMatMul and RowMatMulSwiGlu,
     untiled and tiled, are the same bits among all the rows, alone, among 17 and among 64 (and
     all rows within float16's error of a float64 reference)."""
     tile_prompts(monkeypatch, setting)
@@ -748,11 +749,13 @@ def test_row_matmul_rotary_refuses_positions_not_one_per_row(cell_library):
                  ["q", "k", "v", "scratch"], num_heads=2, kv_num_heads=1)
 
 
-def test_the_tensor_core_chunk_keeps_every_attention_promise(cell_library):
-    """CELLSPEC_CUDA_MMA_ATTENTION=1 (read once per process: a child pytest): float16 steps run
-    mma_chunk_kernel, and every CellAttention test above passes with it: the reference, a row
-    alone / in a batch / in a larger bucket, a verified key as a cell, wide verifies, Qwen3-8B's
-    heads, the rotary ops."""
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_the_tensor_core_chunk_keeps_every_attention_promise(cell_library, setting):
+    """CELLSPEC_CUDA_MMA_ATTENTION (read once per process: a child pytest) set to 1, float16 steps
+    of every head run mma_chunk_kernel; set to 0, none do (by default heads of 128 dimensions do,
+    64 do not). Either way every CellAttention test above passes: the reference, a row alone / in
+    a batch / in a larger bucket, a verified key as a cell, wide verifies, Qwen3-8B's heads, the
+    rotary ops."""
     import os
     import subprocess
     import sys
@@ -763,6 +766,6 @@ def test_the_tensor_core_chunk_keeps_every_attention_promise(cell_library):
              "rotary_attention or wide_verify")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            str(Path(__file__).relative_to(root)), "-k", tests], cwd=root,
-                          env={**os.environ, "CELLSPEC_CUDA_MMA_ATTENTION": "1"},
+                          env={**os.environ, "CELLSPEC_CUDA_MMA_ATTENTION": setting},
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-4000:]

@@ -292,9 +292,9 @@ def test_projection_forms_time_each_library_once_or_per_tiling_and_refuse_unknow
 
     assert projection_forms(["row", "row-old"], "") == [
         ("cublas", "row", None), ("row", "row", None), ("row-old", "row-old", None)]
-    assert projection_forms(["row"], "choice, 4,0") == [
-        ("cublas", "row", None), ("row@choice", "row", "choice"), ("row@4", "row", "4"),
-        ("row@0", "row", "0")]
+    assert projection_forms(["row"], "choice, g,4,0") == [
+        ("cublas", "row", None), ("row@choice", "row", "choice"), ("row@g", "row", "g"),
+        ("row@4", "row", "4"), ("row@0", "row", "0")]
     with pytest.raises(SystemExit, match="unknown \\['1', 'wide'\\]"):
         projection_forms(["row"], "choice,1,wide")
     monkeypatch.setenv("CELLSPEC_ROW_WIDE", "2")
