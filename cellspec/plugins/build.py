@@ -101,37 +101,56 @@ def compute_capability() -> str | None:
 
 
 def arch_flags(capability: str | None) -> list[str]:
-    """nvcc's target for this machine's GPU: compute capability 9.0 (H100, H200) gets sm_90a, the
-    architecture-specific code that has Hopper's warpgroup MMA, and CELLSPEC_WGMMA so that the
-    source launches its row_wgmma_kernel for prompts; any other (or an unknown) GPU nvcc's
-    -arch=native."""
-    if capability == "9.0":
+    """nvcc's target for this machine's GPU: -arch=native, or with CELLSPEC_CUDA_WGMMA=1 in the
+    environment on a GPU of compute capability 9.0 (H100, H200), sm_90a, the architecture-specific
+    code that has Hopper's warpgroup MMA, with CELLSPEC_WGMMA defined so that the source runs its
+    row_wgmma_kernel for prompts. Opt-in: that kernel is compiled and checked on the CPU only, not
+    yet run on a GPU (bench/NOTES.md, 2026-12-06, sixth sitting)."""
+    if capability == "9.0" and os.environ.get("CELLSPEC_CUDA_WGMMA") == "1":
         return ["-gencode", "arch=compute_90a,code=sm_90a", "-DCELLSPEC_WGMMA=1"]
     return ["-arch=native"]
 
 
+def wgmma_asked() -> bool:
+    return os.environ.get("CELLSPEC_CUDA_WGMMA") == "1"
+
+
 def library_path(include: Path, compiler: str, flags: list[str] | None = None) -> Path:
     """Where the build of this source with these headers, this compiler and these target flags
-    lives."""
+    lives (a build with row_wgmma_kernel named so: `-wgmma.so`)."""
     toolchain = hashlib.sha256(compiler.encode())
     header = include / "onnxruntime_c_api.h"
     toolchain.update(header.read_bytes() if header.is_file() else b"")
     toolchain.update(" ".join(flags or []).encode())
-    return plugin_folder() / f"libcellspec_cuda-{source_digest()}-{toolchain.hexdigest()[:8]}.so"
+    kind = "-wgmma" if "-DCELLSPEC_WGMMA=1" in (flags or []) else ""
+    return plugin_folder() / (f"libcellspec_cuda-{source_digest()}-{toolchain.hexdigest()[:8]}"
+                              f"{kind}.so")
+
+
+def cached(wgmma: bool) -> Path | None:
+    """A build of this source in the cache, with row_wgmma_kernel or without."""
+    builds = sorted(plugin_folder().glob(f"libcellspec_cuda-{source_digest()}-*.so"))
+    found = [path for path in builds if path.name.endswith("-wgmma.so") == wgmma]
+    return found[-1] if found else None
 
 
 def build_library(force: bool = False, progress: bool = True) -> Path:
     """The library's path: a build of this source already in the cache (headers and nvcc are
     then not needed), else compiled now (a minute or so; with `progress`, one stderr line counts
-    the seconds)."""
-    built = sorted(plugin_folder().glob(f"libcellspec_cuda-{source_digest()}-*.so"))
-    if built and not force:
-        return built[-1]
+    the seconds). With CELLSPEC_CUDA_WGMMA=1 on an H100 or H200 (arch_flags), the build with
+    row_wgmma_kernel."""
+    flags = None
+    if not force and wgmma_asked() and cached(True):
+        return cached(True)
+    if wgmma_asked():
+        flags = arch_flags(compute_capability())  # asked, but not a Hopper GPU: the plain build
+    if not force and (flags is None or "-DCELLSPEC_WGMMA=1" not in flags) and cached(False):
+        return cached(False)
     from cellspec.export.progress import stage  # only for a build: it imports the exporter
 
     include, compiler = ort_include(), nvcc()
     check_api_version(include)
-    flags = arch_flags(compute_capability())
+    flags = flags or ["-arch=native"]
     target = library_path(include, compiler, flags)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:

@@ -1,6 +1,6 @@
 // CellAttention's chunk on the tensor cores (WMMA), float16 and bfloat16: mma_chunk_kernel, which
-// cell_attention.cu launches instead of pair_kernel / chunk_kernel where
-// CELLSPEC_CUDA_MMA_ATTENTION=1 (mma_attention). Included by cell_attention.cu inside its
+// cell_attention.cu launches instead of pair_kernel / chunk_kernel for heads of 128 dimensions,
+// or as CELLSPEC_CUDA_MMA_ATTENTION=1 / 0 says (mma_attention). Included by cell_attention.cu inside its
 // namespace (Dims, kChunk, warp_reduce, combine_kernel, ...); tools/cell_attention_probe.cu's
 // `mma` mode times it and checks its invariances on a GPU, and
 // tools/cell_attention_mma_emulate.cpp runs this source on host threads.

@@ -639,25 +639,39 @@ def test_a_build_counts_its_seconds_on_stderr_once(plugin_env, monkeypatch, caps
     assert len((plugin_env / "bin" / "calls").read_text().splitlines()) == 2
 
 
-@pytest.mark.parametrize("reported,flags", [
-    ("9.0\n", ["-gencode", "arch=compute_90a,code=sm_90a", "-DCELLSPEC_WGMMA=1"]),
-    ("8.9\n", ["-arch=native"]), (None, ["-arch=native"])])
-def test_a_hopper_gpu_is_built_for_sm_90a_with_the_wgmma_kernel(plugin_env, reported, flags):
-    """nvidia-smi's compute capability 9.0 (H100, H200) builds sm_90a's code, which has the
-    warpgroup MMA, and tells the source so (CELLSPEC_WGMMA); another GPU, or no nvidia-smi, nvcc's
-    -arch=native. Each target is its own library in the cache."""
+@pytest.mark.parametrize("reported,wgmma,flags", [
+    ("9.0\n", "1", ["-gencode", "arch=compute_90a,code=sm_90a", "-DCELLSPEC_WGMMA=1"]),
+    ("9.0\n", None, ["-arch=native"]), ("8.9\n", "1", ["-arch=native"]),
+    (None, "1", ["-arch=native"])])
+def test_wgmma_is_built_only_when_asked_on_a_hopper_gpu(plugin_env, monkeypatch, reported, wgmma,
+                                                        flags):
+    """CELLSPEC_CUDA_WGMMA=1 on a GPU nvidia-smi reports as compute capability 9.0 (H100, H200)
+    builds sm_90a's code, which has the warpgroup MMA, and tells the source so (CELLSPEC_WGMMA);
+    otherwise (unasked, another GPU, no nvidia-smi) nvcc's -arch=native. Each target is its own
+    library in the cache."""
     if reported is not None:
         smi = plugin_env / "bin" / "nvidia-smi"
         smi.write_text(f"#!/bin/sh\nprintf '{reported}'\n")
         smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    if wgmma is None:
+        monkeypatch.delenv("CELLSPEC_CUDA_WGMMA", raising=False)
+    else:
+        monkeypatch.setenv("CELLSPEC_CUDA_WGMMA", wgmma)
     built = build_library()
     call = (plugin_env / "bin" / "calls").read_text().split()
     targets = ("-arch", "-gencode", "arch=", "-D")
     assert [f for f in call if f in flags or f.startswith(targets)] == flags
     assert built.name.startswith(f"libcellspec_cuda-{build.source_digest()}-")
-    assert build.arch_flags("9.0") != build.arch_flags(None)
-    assert build.library_path(plugin_env / "include", "nvcc", build.arch_flags("9.0")) != (
-        build.library_path(plugin_env / "include", "nvcc", build.arch_flags("8.9")))
+    assert built.name.endswith("-wgmma.so") == ("-DCELLSPEC_WGMMA=1" in flags)
+    assert build_library() == built  # cached
+    # the other setting: its own build (on a Hopper GPU), each then found in the cache
+    monkeypatch.setenv("CELLSPEC_CUDA_WGMMA", "0" if wgmma == "1" else "1")
+    other = build_library()
+    assert (other != built) == (reported == "9.0\n")
+    monkeypatch.setenv("CELLSPEC_CUDA_WGMMA", wgmma or "0")
+    assert build_library() == built
+    builds = 1 + (reported == "9.0\n")
+    assert len((plugin_env / "bin" / "calls").read_text().splitlines()) == builds
 
 
 def test_a_failed_build_names_the_compiler_error_and_leaves_nothing(plugin_env):

@@ -1,0 +1,125 @@
+// Check and time RowMatMul's prompt kernels without ONNX Runtime's libraries: this file includes
+// the plugin's source (cellspec/plugins/cell_attention.cu; only ONNX Runtime's headers needed)
+// and calls its launchers directly. For each shape, the rows in blocks of 64 (row_matmul_kernel's
+// 16-row tiles: the rounding of a row alone, as the GPU tests establish) are the reference, and
+// every prompt tiling (CELLSPEC_ROW_WIDE = g: row_wgmma_kernel, 4, 2, 0) must give its bits
+// exactly; then each tiling is timed (CUDA events, 20 launches after 3). RowMatMul untiled and
+// tiled, RowMatMulSwiGlu untiled. One JSON line per case; exit status 1 on any mismatch.
+//   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -DCELLSPEC_WGMMA=1 \
+//     -I"$CELLSPEC_ORT_INCLUDE" tools/row_wgmma_check.cu -o /tmp/row_wgmma_check && /tmp/row_wgmma_check
+#include "../cellspec/plugins/cell_attention.cu"
+
+#include <cstdio>
+#include <random>
+
+namespace {
+
+#define CHECK_CUDA(x)                                                                   \
+  do {                                                                                  \
+    cudaError_t e = (x);                                                                \
+    if (e != cudaSuccess) {                                                             \
+      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));              \
+      std::exit(2);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+// w [sets N, K] in the ops' tiled layout: [N / 8, K / 32, sets, 8, 32]
+std::vector<__half> tiled_layout(const std::vector<__half>& w, int sets, int N, int K) {
+  std::vector<__half> out(w.size());
+  for (int set = 0; set < sets; ++set)
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < K; ++k)
+        out[((((static_cast<int64_t>(n / 8) * (K / 32) + k / 32) * sets + set) * 8 + n % 8) * 32) +
+            k % 32] = w[(static_cast<int64_t>(set) * N + n) * K + k];
+  return out;
+}
+
+template <int kKind>
+int check(const char* name, int rows, int K, int N, bool tiled, std::mt19937& rng) {
+  constexpr int sets = kKind == kRowSwiGlu ? 2 : 1;
+  std::normal_distribution<float> normal;
+  std::vector<__half> x(static_cast<size_t>(rows) * K), w(static_cast<size_t>(sets) * N * K);
+  for (auto& v : x) v = __float2half(normal(rng));
+  for (auto& v : w) v = __float2half(normal(rng) / std::sqrt(static_cast<float>(K)));
+  if (tiled) w = tiled_layout(w, sets, N, K);
+  __half *dx, *dw, *dy;
+  const size_t y_count = static_cast<size_t>(rows) * N;
+  CHECK_CUDA(cudaMalloc(&dx, x.size() * 2));
+  CHECK_CUDA(cudaMalloc(&dw, w.size() * 2));
+  CHECK_CUDA(cudaMalloc(&dy, y_count * 2));
+  CHECK_CUDA(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+  prepare_row_wide<__half, kKind>();
+  auto run = [&](const char* setting) {
+    setenv("CELLSPEC_ROW_WIDE", setting, 1);
+    launch_row_matmul<__half, kKind>(dx, dw, rows, K, N, dy, true, tiled, nullptr);
+  };
+  auto result = [&] {
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<uint16_t> y(y_count);
+    CHECK_CUDA(cudaMemcpy(y.data(), dy, y_count * 2, cudaMemcpyDeviceToHost));
+    return y;
+  };
+  // the reference: blocks of at most 64 rows (row_matmul_kernel's decode/verify tiles)
+  CHECK_CUDA(cudaMemset(dy, 0xff, y_count * 2));
+  for (int r = 0; r < rows; r += 64)
+    launch_row_matmul<__half, kKind>(dx + static_cast<int64_t>(r) * K, dw, std::min(64, rows - r),
+                                     K, N, dy + static_cast<int64_t>(r) * N, true, tiled, nullptr);
+  const std::vector<uint16_t> want = result();
+  int failures = 0;
+  for (const char* setting : {"g", "4", "2", "0", "choice"}) {
+    CHECK_CUDA(cudaMemset(dy, 0xff, y_count * 2));
+    run(setting);
+    const std::vector<uint16_t> got = result();
+    int64_t differing = 0;
+    for (size_t i = 0; i < y_count; ++i) differing += got[i] != want[i];
+    cudaEvent_t start, stop;
+    CHECK_CUDA(cudaEventCreate(&start));
+    CHECK_CUDA(cudaEventCreate(&stop));
+    for (int i = 0; i < 3; ++i) run(setting);
+    CHECK_CUDA(cudaEventRecord(start));
+    for (int i = 0; i < 20; ++i) run(setting);
+    CHECK_CUDA(cudaEventRecord(stop));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    CHECK_CUDA(cudaGetLastError());
+    std::printf("{\"op\": \"%s\", \"rows\": %d, \"K\": %d, \"N\": %d, \"tiled\": %s, "
+                "\"setting\": \"%s\", \"differing\": %lld, \"of\": %zu, \"us\": %.1f, "
+                "\"tflops\": %.0f}\n",
+                name, rows, K, N, tiled ? "true" : "false", setting,
+                static_cast<long long>(differing), y_count, 1e3 * ms / 20,
+                2.0 * rows * K * N * sets / (1e-3 * ms / 20) / 1e12);
+    std::fflush(stdout);
+    failures += differing != 0;
+    unsetenv("CELLSPEC_ROW_WIDE");
+  }
+  CHECK_CUDA(cudaFree(dx));
+  CHECK_CUDA(cudaFree(dw));
+  CHECK_CUDA(cudaFree(dy));
+  return failures;
+}
+
+}  // namespace
+
+int main() {
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# %s sm_%d%d, wgmma built: %d\n", prop.name, prop.major, prop.minor,
+              wgmma_built() ? 1 : 0);
+  std::mt19937 rng(20261206);
+  int failures = 0;
+  // the GPU tests' shapes (runs of K 8, 8, 4, 1; K 1,544 ends in a part chunk), then shape B's
+  // projections (Qwen3-8B: qkv 4,096 x 6,144, gate/up 4,096 x 2 x 12,288, down 12,288 x 4,096)
+  failures += check<kRowPlain>("RowMatMul", 300, 4096, 1024, false, rng);
+  failures += check<kRowPlain>("RowMatMul", 200, 1544, 576, false, rng);
+  failures += check<kRowPlain>("RowMatMul", 129, 576, 6144, true, rng);
+  failures += check<kRowSwiGlu>("RowMatMulSwiGlu", 130, 576, 8192, false, rng);
+  for (int rows : {256, 2048}) {
+    failures += check<kRowPlain>("RowMatMul", rows, 4096, 6144, true, rng);
+    failures += check<kRowSwiGlu>("RowMatMulSwiGlu", rows, 4096, 12288, false, rng);
+    failures += check<kRowPlain>("RowMatMul", rows, 12288, 4096, false, rng);
+  }
+  std::printf("# failures: %d\n", failures);
+  return failures ? 1 : 0;
+}
