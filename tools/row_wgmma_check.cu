@@ -6,7 +6,8 @@
 // exactly; then each tiling is timed (CUDA events, 20 launches after 3). RowMatMul untiled and
 // tiled, RowMatMulSwiGlu untiled. One JSON line per case; exit status 1 on any mismatch.
 //   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -DCELLSPEC_WGMMA=1 \
-//     -I"$CELLSPEC_ORT_INCLUDE" tools/row_wgmma_check.cu -o /tmp/row_wgmma_check && /tmp/row_wgmma_check
+//     -I"$CELLSPEC_ORT_INCLUDE" tools/row_wgmma_check.cu -o /tmp/row_wgmma_check \
+//     && /tmp/row_wgmma_check
 #include "../cellspec/plugins/cell_attention.cu"
 
 #include <cstdio>

@@ -12,7 +12,8 @@
 //   3. wgmma m64n8k16 against m64n64k16: does the width of the instruction change anything (P3)?
 // Each for float16 and bfloat16, on normal data and on data whose exponents spread over 2^-12 ..
 // 2^12 (where an alignment of the products to the largest one would show).
-//   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a tools/wgmma_probe.cu -o /tmp/wgmma_probe && /tmp/wgmma_probe
+//   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a tools/wgmma_probe.cu \
+//     -o /tmp/wgmma_probe && /tmp/wgmma_probe
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -219,7 +220,8 @@ void run(const char* type, bool spread, std::mt19937& rng) {
   std::uniform_real_distribution<double> exponent(-12.0, 12.0);
   std::vector<T> x(kM * kK), w(kN * kK);
   for (auto* v : {&x, &w})
-    for (auto& e : *v) e = from_double<T>(spread ? normal(rng) * std::exp2(exponent(rng)) : normal(rng));
+    for (auto& e : *v)
+      e = from_double<T>(spread ? normal(rng) * std::exp2(exponent(rng)) : normal(rng));
   std::vector<double> ref(kM * kN), scale(kM * kN);
   for (int r = 0; r < kM; ++r)
     for (int n = 0; n < kN; ++n) {
@@ -255,10 +257,12 @@ void run(const char* type, bool spread, std::mt19937& rng) {
   std::shuffle(shuffled, shuffled + 16, rng);
   // RowMatMul's slots: lane t's 16-byte load of k in [8 t, + 8) gives its first four k to slots
   // {2 t, 2 t + 1, 2 t + 8, 2 t + 9} of the chunk's first mma (here: of a 16-k step, k
-  // {0..3, 8..11, ...} of a 32-k chunk folded to 16: slot 2 t + i -> 4 t + i, 2 t + 8 + i -> 4 t + 2 + i)
+  // {0..3, 8..11, ...} of a 32-k chunk folded to 16: slot 2 t + i -> 4 t + i,
+  // 2 t + 8 + i -> 4 t + 2 + i)
   int rowmatmul[16];
   for (int t = 0; t < 4; ++t)
-    for (int i = 0; i < 2; ++i) rowmatmul[2 * t + i] = 4 * t + i, rowmatmul[2 * t + 8 + i] = 4 * t + 2 + i;
+    for (int i = 0; i < 2; ++i)
+      rowmatmul[2 * t + i] = 4 * t + i, rowmatmul[2 * t + 8 + i] = 4 * t + 2 + i;
   const auto m_id = launch(mma_kernel<T>, identity);
   const auto m_rev = launch(mma_kernel<T>, reversed);
   const auto m_shuf = launch(mma_kernel<T>, shuffled);

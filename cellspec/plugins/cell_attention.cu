@@ -1356,12 +1356,13 @@ __global__ void __launch_bounds__(256, kM == 4 ? 1 : 2) row_wide_kernel(
 // step s (the unit's half), core matrix t / 2, bytes 8 (t % 2) of the row's 16. The weights are
 // read through a shared-memory descriptor (no swizzle), the x rows from registers (the mma.sync
 // A fragment, each 4-byte pair a conflict-free shared load).
-constexpr int kWgmmaRows = 128;
+[[maybe_unused]] constexpr int kWgmmaRows = 128;
 // a chunk's operand of R rows in shared memory: step s, 8-row group rg, core matrix h
-__device__ __forceinline__ int wgmma_core(int R, int s, int rg, int h) {
+[[maybe_unused]] __device__ __forceinline__ int wgmma_core(int R, int s, int rg, int h) {
   return ((s * (R / 8) + rg) * 2 + h) * 128;  // bytes
 }
-__device__ __forceinline__ void copy_async8(void* to, const void* from, bool valid) {
+[[maybe_unused]] __device__ __forceinline__ void copy_async8(void* to, const void* from,
+                                                         bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(to));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(address), "l"(from),
@@ -1402,25 +1403,25 @@ __device__ __forceinline__ void wgmma_128(float (&d)[64], const uint32_t (&a)[4]
 #undef CELLSPEC_WG_F8
 #undef CELLSPEC_WG_D
 
-__device__ __forceinline__ void wgmma_fence() {
+[[maybe_unused]] __device__ __forceinline__ void wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit() {
+[[maybe_unused]] __device__ __forceinline__ void wgmma_commit() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
 // every issued wgmma of this warpgroup done; d's registers then read by nothing earlier
-__device__ __forceinline__ void wgmma_wait(float (&d)[64]) {
+[[maybe_unused]] __device__ __forceinline__ void wgmma_wait(float (&d)[64]) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 #pragma unroll
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-__device__ __forceinline__ uint64_t wgmma_descriptor(const void* smem) {
+[[maybe_unused]] __device__ __forceinline__ uint64_t wgmma_descriptor(const void* smem) {
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   // start >> 4; leading (k: the step's second core matrix) 128 bytes; stride (8 rows) 256
   return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{128 >> 4} << 16) |
@@ -1441,7 +1442,9 @@ __global__ void __launch_bounds__(256, 1) row_wgmma_kernel(
   constexpr int kXPieces = kR * 8 / 256, kWPieces = kWR * 8 / 256;  // 8-byte halves a thread
   extern __shared__ uint4 wide_shared[];
   char* const shared = reinterpret_cast<char*>(wide_shared);
-  auto chunk_at = [&](int stage, int j) { return shared + (stage * kWideChunks + j) * kChunkBytes; };
+  auto chunk_at = [&](int stage, int j) {
+    return shared + (stage * kWideChunks + j) * kChunkBytes;
+  };
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
   const int group = warp / 4, in_group = warp % 4;  // warpgroup: rows 64 group; warp: + 16 in_group
   const int r0 = blockIdx.x * kR, first_tile = blockIdx.y * kBlockTiles;
