@@ -105,24 +105,36 @@ def test_a_pair_a_block_in_one_launch_is_the_two_kernels_bit_for_bit(cell_librar
                                                                    by_position):
     """pair_kernel (each chunk's partials in shared memory, combined in the block) against
     chunk_kernel + combine_kernel (CELLSPEC_CUDA_PAIR_KERNEL=0, read once per process: run in
-    a child process), on the same feeds: every output byte."""
+    a child process), on the same feeds: every output byte. Half-precision heads of 128, which
+    run the tensor-core chunk by default, run both sides in children with it off
+    (CELLSPEC_CUDA_MMA_ATTENTION=0)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    outs = run_pair_steps(cell_library, tmp_path, dtype, head_dim, by_position)
-    (tmp_path / "apart").mkdir()
-    code = ("import sys, numpy as np; from pathlib import Path; "
-            "from tests.gpu.test_cell_attention import run_pair_steps; "
-            f"run_pair_steps({str(cell_library)!r}, Path({str(tmp_path / 'apart')!r}), "
-            f"np.{np.dtype(dtype).name}, {head_dim}, {by_position})")
     root = Path(__file__).resolve().parents[2]
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root,
-                   env={**os.environ, "CELLSPEC_CUDA_PAIR_KERNEL": "0"})
-    apart = np.load(tmp_path / "apart" / "outs.npz")
+
+    def child(folder: Path, **env: str) -> list:
+        folder.mkdir()
+        code = ("import sys, numpy as np; from pathlib import Path; "
+                "from tests.gpu.test_cell_attention import run_pair_steps; "
+                f"run_pair_steps({str(cell_library)!r}, Path({str(folder)!r}), "
+                f"np.{np.dtype(dtype).name}, {head_dim}, {by_position})")
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=root,
+                       env={**os.environ, **env})
+        saved = np.load(folder / "outs.npz")
+        return [saved[f"arr_{i}"] for i in range(len(PAIR_STEPS))]
+
+    if dtype == np.float16 and head_dim >= 128:
+        outs = child(tmp_path / "together", CELLSPEC_CUDA_MMA_ATTENTION="0")
+        apart = child(tmp_path / "apart", CELLSPEC_CUDA_MMA_ATTENTION="0",
+                      CELLSPEC_CUDA_PAIR_KERNEL="0")
+    else:
+        outs = run_pair_steps(cell_library, tmp_path, dtype, head_dim, by_position)
+        apart = child(tmp_path / "apart", CELLSPEC_CUDA_PAIR_KERNEL="0")
     for i, out in enumerate(outs):
-        assert np.array_equal(out.view(np.uint8), apart[f"arr_{i}"].view(np.uint8)), PAIR_STEPS[i]
+        assert np.array_equal(out.view(np.uint8), apart[i].view(np.uint8)), PAIR_STEPS[i]
         np.testing.assert_allclose(out.astype(np.float64),
                                    reference_of(i, dtype, head_dim), atol=4e-3, rtol=4e-3)
 
