@@ -140,12 +140,15 @@ def build_library(force: bool = False, progress: bool = True) -> Path:
     the seconds). With CELLSPEC_CUDA_WGMMA=1 on an H100 or H200 (arch_flags), the build with
     row_wgmma_kernel."""
     flags = None
-    if not force and wgmma_asked() and cached(True):
-        return cached(True)
     if wgmma_asked():
+        found = None if force else cached(True)
+        if found:
+            return found
         flags = arch_flags(compute_capability())  # asked, but not a Hopper GPU: the plain build
-    if not force and (flags is None or "-DCELLSPEC_WGMMA=1" not in flags) and cached(False):
-        return cached(False)
+    if not force and (flags is None or "-DCELLSPEC_WGMMA=1" not in flags):
+        found = cached(False)
+        if found:
+            return found
     from cellspec.export.progress import stage  # only for a build: it imports the exporter
 
     include, compiler = ort_include(), nvcc()

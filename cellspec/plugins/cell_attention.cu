@@ -1167,6 +1167,71 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
+constexpr int kWideChunks = 2, kWideStages = 4, kWideWeightRows = 128;
+
+// The prompt kernels' (row_wide_kernel's, row_wgmma_kernel's) pass over K's chunks of 32:
+// kWideStages stages of kWideChunks chunks in flight through cp.async (copy_stage(first chunk,
+// stage) issues a stage's copies). At each step, once its stage is in (kAsyncProxy: and visible
+// to wgmma's shared-memory reads) and every thread is done with the stage refilled next, that
+// stage is refilled kWideStages - 1 steps ahead and chunk(stage, j, c) runs for the step's chunks
+// j (chunk c of K), then step_done().
+template <bool kAsyncProxy, typename Copy, typename Chunk, typename Done>
+__device__ __forceinline__ void wide_chunks(int chunks, Copy copy_stage, Chunk chunk,
+                                            Done step_done) {
+  const int steps = (chunks + kWideChunks - 1) / kWideChunks;
+#pragma unroll
+  for (int s = 0; s < kWideStages - 1; ++s) {
+    if (s < steps) copy_stage(s * kWideChunks, s);
+    copy_async_commit();
+  }
+  for (int step = 0; step < steps; ++step) {
+    copy_async_wait<kWideStages - 2>();
+    if constexpr (kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();  // this step's chunks are in; every warp is done with the stage refilled next
+    const int next = step + kWideStages - 1;
+    if (next < steps) copy_stage(next * kWideChunks, next % kWideStages);
+    copy_async_commit();
+    const int stage = step % kWideStages;
+#pragma unroll
+    for (int j = 0; j < kWideChunks; ++j) {
+      const int c = step * kWideChunks + j;
+      if (c >= chunks) break;
+      chunk(stage, j, c);
+    }
+    step_done();
+  }
+  copy_async_wait<0>();
+}
+
+// K's runs (row_slices) in the prompt kernels: after chunk c, a run that ends there has its sums
+// added to the earlier runs' (fold(first): the first run's taken as they are, its accumulators
+// then zeroed), as row_matmul_kernel adds them
+template <int kSlices, typename Fold>
+__device__ __forceinline__ void end_runs(int c, int chunks, int& slice, int& slice_end,
+                                         Fold fold) {
+  while (slice < kSlices && c + 1 == slice_end) {
+    fold(slice == 0);
+    ++slice;
+    slice_end = (slice + 1) * chunks / kSlices;
+  }
+}
+
+// where a prompt kernel's weight row `row` of its block (tile, set, row of 8) reads unit `unit` (8
+// values) of chunk 0, and whether that row is one of w's (in)
+template <int kKind, int kSets, typename T>
+__device__ __forceinline__ const T* wide_weight_from(const T* w, int row, int unit,
+                                                     int first_tile, int chunks, int K, int N,
+                                                     const RowRotary<T>& rot, bool tiled,
+                                                     bool& in) {
+  const int tile = first_tile + row / (8 * kSets), set = (row / 8) % kSets, wg = row % 8;
+  const int w_row = row_weight_row<kKind>(tile, wg, rot, tiled);
+  in = tiled ? tile * 8 < N : w_row < N;
+  return !in     ? w
+         : tiled ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 + wg * 32 +
+                       8 * unit
+                 : w + (static_cast<int64_t>(set) * N + w_row) * K + 8 * unit;
+}
+
 // RowMatMul's kernel for a prompt's rows (more than ROW_WIDE_ROWS): row_matmul_kernel's sums, bit
 // for bit, with the operands shared through shared memory. A block takes 32 kM rows and
 // 16 / kSets tiles of 8 outputs; its 8 warps, 2 (rows) x 4 (outputs), each 16 kM rows (kM tiles
@@ -1178,7 +1243,6 @@ __device__ __forceinline__ void copy_async_wait() {
 // sums added in run order, as there. So a row rounds the same here as alone at a decode step.
 // Where row_matmul_kernel's warp loads its x rows for every tile of 8 outputs, here 16 kM rows
 // meet 32 outputs a load (bench/NOTES.md, 2026-12-06, fifth sitting).
-constexpr int kWideChunks = 2, kWideStages = 4, kWideWeightRows = 128;
 constexpr size_t wide_stage_bytes(int kM) {
   return size_t{kWideChunks} * (32 * kM + kWideWeightRows) * 32 * 2;
 }
@@ -1226,14 +1290,8 @@ __global__ void __launch_bounds__(256, kM == 4 ? 1 : 2) row_wide_kernel(
   }
 #pragma unroll
   for (int i = 0; i < kWUnits; ++i) {
-    const int row = (threadIdx.x + 256 * i) / 4;
-    const int tile = first_tile + row / (8 * kSets), set = (row / 8) % kSets, wg = row % 8;
-    const int w_row = row_weight_row<kKind>(tile, wg, rot, tiled);
-    w_in[i] = tiled ? tile * 8 < N : w_row < N;
-    w_from[i] = !w_in[i] ? w
-                : tiled  ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 +
-                          wg * 32 + 8 * unit
-                         : w + (static_cast<int64_t>(set) * N + w_row) * K + 8 * unit;
+    w_from[i] = wide_weight_from<kKind, kSets>(w, (threadIdx.x + 256 * i) / 4, unit, first_tile,
+                                               chunks, K, N, rot, tiled, w_in[i]);
   }
   auto copy_stage = [&](int first_chunk, int stage) {
 #pragma unroll
@@ -1256,71 +1314,50 @@ __global__ void __launch_bounds__(256, kM == 4 ? 1 : 2) row_wide_kernel(
   };
   float acc[kM][kWarpTiles][kSets][4] = {};
   float total[kSlices > 1 ? kM : 1][kSlices > 1 ? kWarpTiles : 1][kSets][4] = {};
-  const int steps = (chunks + kWideChunks - 1) / kWideChunks;
-#pragma unroll
-  for (int s = 0; s < kWideStages - 1; ++s) {
-    if (s < steps) copy_stage(s * kWideChunks, s);
-    copy_async_commit();
-  }
   int slice = 0, slice_end = chunks / kSlices;
-  for (int step = 0; step < steps; ++step) {
-    copy_async_wait<kWideStages - 2>();
-    __syncthreads();  // this step's chunks are in; every warp is done with the stage refilled next
-    const int next = step + kWideStages - 1;
-    if (next < steps) copy_stage(next * kWideChunks, next % kWideStages);
-    copy_async_commit();
-    const int stage = step % kWideStages;
+  auto chunk = [&](int stage, int j, int c) {
+    uint4 a[kM][2], b[kWarpTiles][kSets];
 #pragma unroll
-    for (int j = 0; j < kWideChunks; ++j) {
-      const int c = step * kWideChunks + j;
-      if (c >= chunks) break;
-      uint4 a[kM][2], b[kWarpTiles][kSets];
+    for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int m = 0; m < kM; ++m)
+      for (int half = 0; half < 2; ++half)
+        a[m][half] = *reinterpret_cast<const uint4*>(
+            x_at(stage, j, warp_m * 16 * kM + 16 * m + 8 * half + g) + 8 * t);
 #pragma unroll
-        for (int half = 0; half < 2; ++half)
-          a[m][half] = *reinterpret_cast<const uint4*>(
-              x_at(stage, j, warp_m * 16 * kM + 16 * m + 8 * half + g) + 8 * t);
+    for (int n = 0; n < kWarpTiles; ++n)
+#pragma unroll
+      for (int set = 0; set < kSets; ++set)
+        b[n][set] = *reinterpret_cast<const uint4*>(
+            w_at(stage, j, ((warp_n * kWarpTiles + n) * kSets + set) * 8 + g) + 8 * t);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const uint4 lo = a[m][0], hi = a[m][1];
 #pragma unroll
       for (int n = 0; n < kWarpTiles; ++n)
 #pragma unroll
-        for (int set = 0; set < kSets; ++set)
-          b[n][set] = *reinterpret_cast<const uint4*>(
-              w_at(stage, j, ((warp_n * kWarpTiles + n) * kSets + set) * 8 + g) + 8 * t);
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        const uint4 lo = a[m][0], hi = a[m][1];
-#pragma unroll
-        for (int n = 0; n < kWarpTiles; ++n)
-#pragma unroll
-          for (int set = 0; set < kSets; ++set) {
-            const uint4 v = b[n][set];
-            mma_16816<T>(acc[m][n][set], lo.x, hi.x, lo.y, hi.y, v.x, v.y);
-            mma_16816<T>(acc[m][n][set], lo.z, hi.z, lo.w, hi.w, v.z, v.w);
-          }
-      }
-      if constexpr (kSlices > 1) {
-        // a run ends: its sums added to the earlier runs' (the first run's taken as they are)
-        while (slice < kSlices && c + 1 == slice_end) {
-#pragma unroll
-          for (int m = 0; m < kM; ++m)
-#pragma unroll
-            for (int n = 0; n < kWarpTiles; ++n)
-#pragma unroll
-              for (int set = 0; set < kSets; ++set)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                  total[m][n][set][i] = slice == 0 ? acc[m][n][set][i]
-                                                   : total[m][n][set][i] + acc[m][n][set][i];
-                  acc[m][n][set][i] = 0.f;
-                }
-          ++slice;
-          slice_end = (slice + 1) * chunks / kSlices;
+        for (int set = 0; set < kSets; ++set) {
+          const uint4 v = b[n][set];
+          mma_16816<T>(acc[m][n][set], lo.x, hi.x, lo.y, hi.y, v.x, v.y);
+          mma_16816<T>(acc[m][n][set], lo.z, hi.z, lo.w, hi.w, v.z, v.w);
         }
-      }
     }
-  }
-  copy_async_wait<0>();
+    if constexpr (kSlices > 1)
+      end_runs<kSlices>(c, chunks, slice, slice_end, [&](bool first) {
+#pragma unroll
+        for (int m = 0; m < kM; ++m)
+#pragma unroll
+          for (int n = 0; n < kWarpTiles; ++n)
+#pragma unroll
+            for (int set = 0; set < kSets; ++set)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                total[m][n][set][i] = first ? acc[m][n][set][i]
+                                            : total[m][n][set][i] + acc[m][n][set][i];
+                acc[m][n][set][i] = 0.f;
+              }
+      });
+  };
+  wide_chunks<false>(chunks, copy_stage, chunk, [] {});
 #pragma unroll
   for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -1468,14 +1505,9 @@ __global__ void __launch_bounds__(256, 1) row_wgmma_kernel(
 #pragma unroll
   for (int i = 0; i < kWPieces; ++i) {
     const int row = (threadIdx.x + 256 * i) / 8;
-    const int tile = first_tile + row / (8 * kSets), set = (row / 8) % kSets, wg = row % 8;
-    const int w_row = row_weight_row<kKind>(tile, wg, rot, tiled);
-    w_in[i] = tiled ? tile * 8 < N : w_row < N;
-    w_from[i] = (!w_in[i] ? w
-                 : tiled  ? w + (static_cast<int64_t>(tile) * chunks * kSets + set) * 256 +
-                               wg * 32 + 8 * unit
-                          : w + (static_cast<int64_t>(set) * N + w_row) * K + 8 * unit) +
-                (w_in[i] ? 4 * half : 0);
+    w_from[i] = wide_weight_from<kKind, kSets>(w, row, unit, first_tile, chunks, K, N, rot, tiled,
+                                               w_in[i]);
+    if (w_in[i]) w_from[i] += 4 * half;
     w_to[i] = kR * 64 + wgmma_core(kWR, half, row / 8, unit / 2) + (row % 8) * 16 + (unit % 2) * 8;
   }
   auto copy_stage = [&](int first_chunk, int stage) {
@@ -1499,62 +1531,39 @@ __global__ void __launch_bounds__(256, 1) row_wgmma_kernel(
   float acc[64], total[kSlices > 1 ? 64 : 1];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  const int steps = (chunks + kWideChunks - 1) / kWideChunks;
-#pragma unroll
-  for (int s = 0; s < kWideStages - 1; ++s) {
-    if (s < steps) copy_stage(s * kWideChunks, s);
-    copy_async_commit();
-  }
   // this warp's A fragment words in a chunk's step s: rows 16 in_group + g (+ 8) of the
   // warpgroup's 64, slots 2 t, 2 t + 1 (core matrix 0) and 2 t + 8, 2 t + 9 (core matrix 1)
   const int a_row = 64 * group + 16 * in_group + g;
   int slice = 0, slice_end = chunks / kSlices;
-  for (int step = 0; step < steps; ++step) {
-    copy_async_wait<kWideStages - 2>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for the wgmma's reads
-    __syncthreads();  // this step's chunks are in; every warpgroup is done with the stage refilled
-    const int next = step + kWideStages - 1;
-    if (next < steps) copy_stage(next * kWideChunks, next % kWideStages);
-    copy_async_commit();
-    const int stage = step % kWideStages;
+  auto chunk = [&](int stage, int j, int c) {
+    const char* const base = chunk_at(stage, j);
+    uint32_t a[2][4];
 #pragma unroll
-    for (int j = 0; j < kWideChunks; ++j) {
-      const int c = step * kWideChunks + j;
-      if (c >= chunks) break;
-      const char* const base = chunk_at(stage, j);
-      uint32_t a[2][4];
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const char* lo = base + wgmma_core(kR, s, a_row / 8, 0) + (a_row % 8) * 16 + 4 * t;
-        const char* hi = base + wgmma_core(kR, s, a_row / 8 + 1, 0) + (a_row % 8) * 16 + 4 * t;
-        a[s][0] = *reinterpret_cast<const uint32_t*>(lo);
-        a[s][1] = *reinterpret_cast<const uint32_t*>(hi);
-        a[s][2] = *reinterpret_cast<const uint32_t*>(lo + 128);
-        a[s][3] = *reinterpret_cast<const uint32_t*>(hi + 128);
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int s = 0; s < 2; ++s)
-        wgmma_128<T>(acc, a[s], wgmma_descriptor(base + kR * 64 + wgmma_core(kWR, s, 0, 0)));
-      wgmma_commit();
-      if constexpr (kSlices > 1) {
-        if (c + 1 == slice_end) {  // a run ends: its sums added to the earlier runs'
-          wgmma_wait(acc);
-          while (slice < kSlices && c + 1 == slice_end) {
-#pragma unroll
-            for (int i = 0; i < 64; ++i) {
-              total[i] = slice == 0 ? acc[i] : total[i] + acc[i];
-              acc[i] = 0.f;
-            }
-            ++slice;
-            slice_end = (slice + 1) * chunks / kSlices;
-          }
-        }
-      }
+    for (int s = 0; s < 2; ++s) {
+      const char* lo = base + wgmma_core(kR, s, a_row / 8, 0) + (a_row % 8) * 16 + 4 * t;
+      const char* hi = base + wgmma_core(kR, s, a_row / 8 + 1, 0) + (a_row % 8) * 16 + 4 * t;
+      a[s][0] = *reinterpret_cast<const uint32_t*>(lo);
+      a[s][1] = *reinterpret_cast<const uint32_t*>(hi);
+      a[s][2] = *reinterpret_cast<const uint32_t*>(lo + 128);
+      a[s][3] = *reinterpret_cast<const uint32_t*>(hi + 128);
     }
-    wgmma_wait(acc);  // before the next step's barrier lets this stage be refilled
-  }
-  copy_async_wait<0>();
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+      wgmma_128<T>(acc, a[s], wgmma_descriptor(base + kR * 64 + wgmma_core(kWR, s, 0, 0)));
+    wgmma_commit();
+    if constexpr (kSlices > 1)
+      end_runs<kSlices>(c, chunks, slice, slice_end, [&](bool first) {
+        wgmma_wait(acc);  // the run's last steps done
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+          total[i] = first ? acc[i] : total[i] + acc[i];
+          acc[i] = 0.f;
+        }
+      });
+  };
+  // each step's wgmma's done before the next step's barrier lets its stage be refilled
+  wide_chunks<true>(chunks, copy_stage, chunk, [&] { wgmma_wait(acc); });
   // accumulator 4 q + i: tile of 8 outputs q of the block's (b kSets + set), the mma layout
 #pragma unroll
   for (int b = 0; b < kBlockTiles; ++b) {
@@ -1807,9 +1816,10 @@ dim3 wide_grid(int kM, int rows, int N) {
 template <typename T, int kKind>
 void launch_row_wide(int kM, const T* x, const T* w, int rows, int K, int N, T* y,
                      const RowRotary<T>& rot, bool tiled, cudaStream_t stream) {
-  const dim3 grid = wide_grid<kKind>(kM == kWideWgmma ? 4 : kM, rows, N);
+  const int tiles = kM == kWideWgmma ? 4 : kM;  // row_wgmma_kernel's blocks are kM 4's
+  const dim3 grid = wide_grid<kKind>(tiles, rows, N);
   const int slices = row_slices(K, N);
-  const size_t shared = kWideStages * wide_stage_bytes(kM == kWideWgmma ? 4 : kM);
+  const size_t shared = kWideStages * wide_stage_bytes(tiles);
   if (kM == kWideWgmma)
     row_wgmma_for<T, kKind>(slices)<<<grid, 256, shared, stream>>>(x, w, rows, K, N, y, rot,
                                                                     tiled);
