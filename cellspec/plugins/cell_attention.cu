@@ -1791,12 +1791,13 @@ void prepare_row_wide() {
   });
 }
 
-// how a prompt's rows are tiled: CELLSPEC_ROW_WIDE unset (or another value), by row_wgmma_kernel
-// where this build has it and row_wide_kernel would be chosen, else by row_wide_kernel (4 tiles
-// of 16 rows a warp where that gives a grid of 2 blocks a multiprocessor or more, else 2), or
-// where even that grid is under 0.3 blocks a multiprocessor, by row_matmul_kernel's tiles of 64
-// rows; set to g (row_wgmma_kernel, or row_wide_kernel's 4 where the build has none), 4, 2 or 0,
-// that one where it fits (the same sums whichever: a switch for tests and measurements)
+// how a prompt's rows are tiled: CELLSPEC_ROW_WIDE unset (or another value), by row_wide_kernel
+// (4 tiles of 16 rows a warp where that gives a grid of 2 blocks a multiprocessor or more, else
+// 2), or where even that grid is under 0.3 blocks a multiprocessor, by row_matmul_kernel's tiles
+// of 64 rows; set to g (row_wgmma_kernel, or row_wide_kernel's 4 where the build has none), 4, 2
+// or 0, that one where it fits (the same sums whichever: a switch for tests and measurements).
+// row_wgmma_kernel only where asked: on an H100 (2026-12-06, seventh sitting) it was 1.15-1.25x
+// slower than row_wide_kernel's 4 on B's projections (bench/NOTES.md)
 int wide_setting() {
   const char* value = std::getenv("CELLSPEC_ROW_WIDE");  // read at each prompt's launch: tests
   const std::string text(value ? value : "");           // set it per case
@@ -1842,7 +1843,6 @@ int row_wide_tiles(int rows, int N) {
     };
     const int64_t sms = multiprocessors();
     kM = blocks(4) >= 2 * sms ? 4 : 10 * blocks(2) >= 3 * sms ? 2 : 0;
-    if (kM != 0 && wgmma_built() && wide_fits(4)) kM = kWideWgmma;
   }
   if (kM == kWideWgmma) return wide_fits(4) ? kM : 0;
   // where the device's shared memory is smaller: fewer rows a block, or the 64-row tiles
