@@ -105,7 +105,7 @@ def arch_flags(capability: str | None) -> list[str]:
     environment on a GPU of compute capability 9.0 (H100, H200), sm_90a, the architecture-specific
     code that has Hopper's warpgroup MMA, with CELLSPEC_WGMMA defined so that the source has
     row_wgmma_kernel for prompts (run where CELLSPEC_ROW_WIDE=g). Opt-in: on an H100 it gives
-    row_wide_kernel's bits and is 1.15-1.25x slower (bench/NOTES.md, 2026-12-06, seventh
+    row_wide_kernel's bits and is 1.12-1.20x slower (bench/NOTES.md, 2026-12-06, seventh
     sitting)."""
     if capability == "9.0" and os.environ.get("CELLSPEC_CUDA_WGMMA") == "1":
         return ["-gencode", "arch=compute_90a,code=sm_90a", "-DCELLSPEC_WGMMA=1"]

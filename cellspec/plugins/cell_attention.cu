@@ -1170,25 +1170,28 @@ __device__ __forceinline__ void copy_async_wait() {
 constexpr int kWideChunks = 2, kWideStages = 4, kWideWeightRows = 128;
 
 // The prompt kernels' (row_wide_kernel's, row_wgmma_kernel's) pass over K's chunks of 32:
-// kWideStages stages of kWideChunks chunks in flight through cp.async (copy_stage(first chunk,
-// stage) issues a stage's copies). At each step, once its stage is in (kAsyncProxy: and visible
-// to wgmma's shared-memory reads) and every thread is done with the stage refilled next, that
-// stage is refilled kWideStages - 1 steps ahead and chunk(stage, j, c) runs for the step's chunks
-// j (chunk c of K), then step_done().
-template <bool kAsyncProxy, typename Copy, typename Chunk, typename Done>
+// kWideStages stages of kWideChunks chunks, kAhead of them in flight through cp.async ahead of
+// the step (copy_stage(first chunk, stage) issues a stage's copies). At each step, once its stage
+// is in (kAsyncProxy: and visible to wgmma's shared-memory reads) and every thread is done with
+// the stage refilled next, that stage is refilled kAhead steps ahead and chunk(stage, j, c) runs
+// for the step's chunks j (chunk c of K), then step_done(). kAhead kWideStages - 1: the stage
+// refilled is the previous step's; kWideStages - 2: the one before it (a step's asynchronous
+// reads of its stage may then go on during the next step).
+template <bool kAsyncProxy, int kAhead, typename Copy, typename Chunk, typename Done>
 __device__ __forceinline__ void wide_chunks(int chunks, Copy copy_stage, Chunk chunk,
                                             Done step_done) {
+  static_assert(kAhead >= 1 && kAhead < kWideStages, "a stage ahead, and one being read");
   const int steps = (chunks + kWideChunks - 1) / kWideChunks;
 #pragma unroll
-  for (int s = 0; s < kWideStages - 1; ++s) {
+  for (int s = 0; s < kAhead; ++s) {
     if (s < steps) copy_stage(s * kWideChunks, s);
     copy_async_commit();
   }
   for (int step = 0; step < steps; ++step) {
-    copy_async_wait<kWideStages - 2>();
+    copy_async_wait<kAhead - 1>();
     if constexpr (kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // this step's chunks are in; every warp is done with the stage refilled next
-    const int next = step + kWideStages - 1;
+    const int next = step + kAhead;
     if (next < steps) copy_stage(next * kWideChunks, next % kWideStages);
     copy_async_commit();
     const int stage = step % kWideStages;
@@ -1357,7 +1360,7 @@ __global__ void __launch_bounds__(256, kM == 4 ? 1 : 2) row_wide_kernel(
               }
       });
   };
-  wide_chunks<false>(chunks, copy_stage, chunk, [] {});
+  wide_chunks<false, kWideStages - 1>(chunks, copy_stage, chunk, [] {});
 #pragma unroll
   for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -1450,10 +1453,12 @@ __device__ __forceinline__ void wgmma_128(float (&d)[64], const uint32_t (&a)[4]
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
-// every issued wgmma of this warpgroup done; d's registers then read by nothing earlier
-[[maybe_unused]] __device__ __forceinline__ void wgmma_wait(float (&d)[64]) {
+// every issued wgmma of this warpgroup done but its last kPending groups; d's registers then
+// read by nothing earlier
+template <int kPending = 0>
+__device__ __forceinline__ void wgmma_wait(float (&d)[64]) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 #endif
 #pragma unroll
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
@@ -1562,8 +1567,10 @@ __global__ void __launch_bounds__(256, 1) row_wgmma_kernel(
         }
       });
   };
-  // each step's wgmma's done before the next step's barrier lets its stage be refilled
-  wide_chunks<true>(chunks, copy_stage, chunk, [&] { wgmma_wait(acc); });
+  // a step's wgmma's may run on during the next step (its stage is refilled one step later):
+  // each step ends with all but its own done, and the sums are read once all are
+  wide_chunks<true, kWideStages - 2>(chunks, copy_stage, chunk, [&] { wgmma_wait<1>(acc); });
+  wgmma_wait(acc);
   // accumulator 4 q + i: tile of 8 outputs q of the block's (b kSets + set), the mma layout
 #pragma unroll
   for (int b = 0; b < kBlockTiles; ++b) {
@@ -1796,7 +1803,7 @@ void prepare_row_wide() {
 // 2), or where even that grid is under 0.3 blocks a multiprocessor, by row_matmul_kernel's tiles
 // of 64 rows; set to g (row_wgmma_kernel, or row_wide_kernel's 4 where the build has none), 4, 2
 // or 0, that one where it fits (the same sums whichever: a switch for tests and measurements).
-// row_wgmma_kernel only where asked: on an H100 (2026-12-06, seventh sitting) it was 1.15-1.25x
+// row_wgmma_kernel only where asked: on an H100 (2026-12-06, seventh sitting) it was 1.12-1.20x
 // slower than row_wide_kernel's 4 on B's projections (bench/NOTES.md)
 int wide_setting() {
   const char* value = std::getenv("CELLSPEC_ROW_WIDE");  // read at each prompt's launch: tests
