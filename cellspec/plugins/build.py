@@ -100,6 +100,9 @@ def compute_capability() -> str | None:
     return lines[0] if done.returncode == 0 and lines else None
 
 
+WGMMA_DEFINE = "-DCELLSPEC_WGMMA=1"  # what tells the source it is built with row_wgmma_kernel
+
+
 def arch_flags(capability: str | None) -> list[str]:
     """nvcc's target for this machine's GPU: -arch=native, or with CELLSPEC_CUDA_WGMMA=1 in the
     environment on a GPU of compute capability 9.0 (H100, H200), sm_90a, the architecture-specific
@@ -107,8 +110,8 @@ def arch_flags(capability: str | None) -> list[str]:
     row_wgmma_kernel for prompts (run where CELLSPEC_ROW_WIDE=g). Opt-in: on an H100 it gives
     row_wide_kernel's bits and is 1.12-1.20x slower (bench/NOTES.md, 2026-12-06, seventh
     sitting)."""
-    if capability == "9.0" and os.environ.get("CELLSPEC_CUDA_WGMMA") == "1":
-        return ["-gencode", "arch=compute_90a,code=sm_90a", "-DCELLSPEC_WGMMA=1"]
+    if capability == "9.0" and wgmma_asked():
+        return ["-gencode", "arch=compute_90a,code=sm_90a", WGMMA_DEFINE]
     return ["-arch=native"]
 
 
@@ -116,14 +119,14 @@ def wgmma_asked() -> bool:
     return os.environ.get("CELLSPEC_CUDA_WGMMA") == "1"
 
 
-def library_path(include: Path, compiler: str, flags: list[str] | None = None) -> Path:
+def library_path(include: Path, compiler: str, flags: list[str]) -> Path:
     """Where the build of this source with these headers, this compiler and these target flags
     lives (a build with row_wgmma_kernel named so: `-wgmma.so`)."""
     toolchain = hashlib.sha256(compiler.encode())
     header = include / "onnxruntime_c_api.h"
     toolchain.update(header.read_bytes() if header.is_file() else b"")
-    toolchain.update(" ".join(flags or []).encode())
-    kind = "-wgmma" if "-DCELLSPEC_WGMMA=1" in (flags or []) else ""
+    toolchain.update(" ".join(flags).encode())
+    kind = "-wgmma" if WGMMA_DEFINE in flags else ""
     return plugin_folder() / (f"libcellspec_cuda-{source_digest()}-{toolchain.hexdigest()[:8]}"
                               f"{kind}.so")
 
@@ -140,13 +143,13 @@ def build_library(force: bool = False, progress: bool = True) -> Path:
     then not needed), else compiled now (a minute or so; with `progress`, one stderr line counts
     the seconds). With CELLSPEC_CUDA_WGMMA=1 on an H100 or H200 (arch_flags), the build with
     row_wgmma_kernel."""
-    flags = None
+    flags = ["-arch=native"]
     if wgmma_asked():
         found = None if force else cached(True)
         if found:
             return found
         flags = arch_flags(compute_capability())  # asked, but not a Hopper GPU: the plain build
-    if not force and (flags is None or "-DCELLSPEC_WGMMA=1" not in flags):
+    if not force and WGMMA_DEFINE not in flags:
         found = cached(False)
         if found:
             return found
@@ -154,7 +157,6 @@ def build_library(force: bool = False, progress: bool = True) -> Path:
 
     include, compiler = ort_include(), nvcc()
     check_api_version(include)
-    flags = flags or ["-arch=native"]
     target = library_path(include, compiler, flags)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
