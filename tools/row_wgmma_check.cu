@@ -20,16 +20,11 @@
 #include <cstdio>
 #include <random>
 
+#include "cuda_check.cuh"
+
 namespace {
 
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e = (x);                                                                \
-    if (e != cudaSuccess) {                                                             \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));              \
-      std::exit(2);                                                                     \
-    }                                                                                   \
-  } while (0)
+#define CHECK_CUDA(x) CUDA_CHECK(x, 2)
 
 // cublasGemmEx by dlopen (the API's values: CUBLAS_OP_T 1, CUBLAS_OP_N 0, CUDA_R_16F 2,
 // CUBLAS_COMPUTE_32F 68, CUBLAS_GEMM_DEFAULT -1)

@@ -26,14 +26,9 @@
 #include <random>
 #include <vector>
 
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e = (x);                                                           \
-    if (e != cudaSuccess) {                                                        \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));         \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
+#include "cuda_check.cuh"
+
+#define CHECK(x) CUDA_CHECK(x, 1)
 
 constexpr int kM = 64, kN = 64, kK = 1024;  // x [kM, kK], w [kN, kK], y [kM, kN]
 
