@@ -56,14 +56,14 @@ CPU_MAX_VERIFY_ROWS = 12
 # gave 1.54x plain at batch 1, 1.2-1.5x at 2, 1.0-1.1x at 4, 0.9x at 8 and 0.73x at 16 (1.07x
 # with this limit; bench/NOTES.md). Above this many pending sessions, `ort-cpu` steps plainly.
 CPU_MAX_SPEC_BATCH = 4
-# On `ort-cuda` with CellAttention (CELLSPEC_CUDA_ATTENTION=cell) a verify of several sessions
-# costs more than with standard ops: on the H200 (the real SmolLM2 in float16, shipped draft)
-# speculation gave 1.84x / 1.83x plain at 1 session (15 / 7 proposals), 1.47x / 1.55x at 2,
-# 1.04x / 1.23x at 4 and 0.75x / 0.87x at 8; with standard ops 1.16-1.18x at 8 (bench/NOTES.md,
-# sixth sitting). So with CellAttention: 7 proposals. Since plain decoding runs in chains that
-# hide the host (eighth sitting, chains of 8), speculation gave 1.42x plain at 1 session, 1.26x
-# at 2, 0.94x at 4 and 0.92x at 8 with at most 4 speculating; with at most 2: 1.48x, 1.27x,
-# 1.06x, 1.01x. So at most 2 sessions speculate.
+# On `ort-cuda` with CellAttention (its default where the plugin builds) a verify of several
+# sessions costs more than with standard ops: on the H200 (the real SmolLM2 in float16, shipped
+# draft) speculation gave 1.84x / 1.83x plain at 1 session (15 / 7 proposals), 1.47x / 1.55x at
+# 2, 1.04x / 1.23x at 4 and 0.75x / 0.87x at 8; with standard ops 1.16-1.18x at 8
+# (bench/NOTES.md, sixth sitting). So with CellAttention: 7 proposals. Since plain decoding
+# runs in chains that hide the host (eighth sitting, chains of 8), speculation gave 1.42x plain
+# at 1 session, 1.26x at 2, 0.94x at 4 and 0.92x at 8 with at most 4 speculating; with at most
+# 2: 1.48x, 1.27x, 1.06x, 1.01x. So at most 2 sessions speculate.
 CELL_N_DRAFT, CELL_MAX_SPEC_BATCH = 7, 2
 # ... and there a session drawing with a temperature does not speculate: its verify runs the
 # sampler over every row (1.41 against 1.09 ms greedy at 1 session) and accepts less (tau 1.75

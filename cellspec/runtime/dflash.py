@@ -251,8 +251,8 @@ class DFlashExecutor(Executor):
                                   "None (chains)")
         if not self.backend.exact_trees:
             raise InvalidArgument(f"tree_nodes: backend {self.backend.name} cannot verify a "
-                                  "tree as plain decoding rounds (ort-cuda with CellAttention "
-                                  "can: CELLSPEC_CUDA_ATTENTION=cell)")
+                                  "tree as plain decoding rounds (ort-cuda with CellAttention, "
+                                  "its default where cellspec's CUDA library builds, can)")
         if not hasattr(self.proposer, "propose_choices") or (
                 self.proposer is self.draft and not self.draft.has_choices):
             raise InvalidArgument(f"tree_nodes: the draft_block of {self.folder} gives no "
