@@ -16,7 +16,8 @@ device, the next block and verify queued before its verdict: a device overlaps t
 verify), how much of it is HostDevice's Python for the tree kernels (a GPU launches them: its
 host does about the round less that), how many rounds walked on the device, the device calls a
 round or step makes (`DeviceCalls`: each a PyCUDA or ONNX Runtime call of the host's on a GPU,
-5-26 us apiece on an H100's host), and with `--profile` a cProfile of the cycles.
+1-4 us for a PyCUDA copy or event and 3 us for a run replaying its CUDA graph on a quick H100
+host, up to 26 us on slow ones: bench/NOTES.md), and with `--profile` a cProfile of the cycles.
 The outputs of the no-op runs are whatever the buffers hold, so the drafts and draws are
 meaningless, but each cycle commits, drains and queues as a real one does.
 """
