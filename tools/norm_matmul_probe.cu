@@ -12,9 +12,13 @@
 //          residual sum.
 // The three give the same bits (checked: the same per-row function, the same roundings). Each
 // form's layers are captured in one CUDA graph and replayed; prints us a layer and ms a step.
-//   nvcc -std=c++17 -O3 -arch=sm_90 tools/norm_matmul_probe.cu -o /tmp/norm_probe && /tmp/norm_probe
+// The plugin's source is included (only ONNX Runtime's headers needed, as for
+// tools/row_wgmma_check.cu), so the PDL calls, the mma, kRowWarps, ROW_LOADS and row_slices are
+// the plugin's own.
+//   nvcc -std=c++17 -O3 -arch=sm_90 -I"$CELLSPEC_ORT_INCLUDE" tools/norm_matmul_probe.cu \
+//     -o /tmp/norm_probe && /tmp/norm_probe
 // Exit status 1: a CUDA call failed; 2: the forms' outputs differ.
-#include <cuda_fp16.h>
+#include "../cellspec/plugins/cell_attention.cu"
 
 #include <cstdint>
 #include <cstdio>
@@ -25,31 +29,8 @@
 
 #define CHECK(x) CUDA_CHECK(x, 1)
 
-constexpr int kRowWarps = 8, kLoads = 4;
+constexpr int kLoads = ROW_LOADS;
 constexpr float kEps = 1e-5f;
-
-__device__ __forceinline__ void allow_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_predecessor() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void prefetch_l2(const void* address) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
-}
-
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                    uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // the residual sum of 8 values: half(h + res), elementwise
 __device__ __forceinline__ uint4 add8(uint4 a, uint4 b) {
@@ -179,8 +160,8 @@ __global__ void __launch_bounds__(32 * kRowWarps)
     for (int u = 0; u < kLoads; ++u) {
       if (base + u >= end) break;
       const uint4 lo = xv[u][0], hi = xv[u][1], b = wv[u];
-      mma(acc, lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-      mma(acc, lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+      mma_16816<__half>(acc, lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+      mma_16816<__half>(acc, lo.z, hi.z, lo.w, hi.w, b.z, b.w);
     }
   }
   if (kSlices > 1) {
@@ -195,13 +176,6 @@ __global__ void __launch_bounds__(32 * kRowWarps)
     const int r = g + 8 * (i / 2), n = n0 + 2 * t + (i & 1);
     if (r < rows && n < N) y[static_cast<int64_t>(r) * N + n] = __float2half_rn(total);
   }
-}
-
-int row_slices(int K, int N) {
-  const int tiles = (N + 7) / 8, chunks = K / 32;
-  int slices = 1;
-  while (slices < kRowWarps && tiles * slices < 2048 && 2 * slices <= chunks) slices *= 2;
-  return slices;
 }
 
 using RowKernel = void (*)(const __half*, const __half*, const __half*, const __half*, int, int,
