@@ -82,6 +82,8 @@ CELL_TREE_SPECULATE_SAMPLED = 3
 # unchanged. On the H200 (real SmolLM2 float16, 16 held-out prompts, one call; bench/NOTES.md,
 # 2026-12-03, second sitting) a tree of 15 proposals up to 15 deep gave tau 3.47 against 2.69
 # for a chain of 7, and the most tokens/s at 1 and 2 sessions (a tree of 31: tau 3.69, slower).
+# Again on an H100 with today's kernels (2026-12-06, tenth sitting, 32-row verifies, arms
+# interleaved): trees of 31 and 23 2.0x plain against 2.45x for 15, on quick and slow hosts alike.
 CELL_TREE_NODES = 15
 # ... and with trees, since each cycle queues the next block and verify before its verdict
 # (2026-12-04, third sitting), speculation pays at 3 and 4 sessions too where the verify stays
