@@ -46,7 +46,7 @@ prompts = held_out_prompts(blocks * per)
 params = SamplingParams(max_tokens=256, temperature=0.0, seed=11)
 for llm in llms.values():  # graphs captured, first runs done
     llm.generate(prompts[:1], SamplingParams(max_tokens=32, temperature=0.0, seed=11))
-totals = {arm: {"tokens": 0, "seconds": 0.0, "rounds": 0, "cycles": 0, "accepted": 0}
+totals = {arm: {"tokens": 0, "seconds": 0.0, "cycles": 0, "accepted": 0}
           for arm in arms}
 ratios: dict[str, list[float]] = {arm: [] for arm in arms if arm != "plain"}
 same = 0
@@ -70,7 +70,6 @@ for block in range(blocks):
         row[arm] = {"tokens": tokens, "seconds": round(seconds, 4)}
         if stats:
             rounds = stats.rounds - before[0]
-            total["rounds"] += rounds
             total["cycles"] += stats.cycles - before[2]
             total["accepted"] += stats.accepted - before[3]
             row[arm]["round_ms"] = round(1e3 * (stats.seconds["round"] - before[1])

@@ -4,6 +4,9 @@
 # 23 against plain interleaved in one process (trees_ab.py: 24 blocks of 8 held-out prompts,
 # verifies of up to 32 rows), twice. Question: on a host whose Python sets the round, does a tree
 # of 31 (tau +8% offline, the same host work a round on the CPU proxy) pay for its 32-row verify?
+# Run as `TREES="ab1 ab2" BLOCKS=12 ARMS=plain,t15,t31 bash bench/gpu-2026-12-06j/1-trees/run.sh`
+# (the device time left allowed no more); ../2-trees-more/ ran trees_ab.py twice more on the
+# same machine, ARMS plain,t15,t23 and plain,t15,t31.
 bash .gpu/fin/recv.sh > /tmp/fin.log 2>&1; echo fin rc=$?; tail -3 /tmp/fin.log
 source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-include TQDM_DISABLE=1 PYTHONUNBUFFERED=1 CELLSPEC_CUDA_ATTENTION=cell; mkdir -p $OUT
 nvidia-smi --query-gpu=name --format=csv,noheader; lscpu | grep -E "Model name|^CPU\(s\)"
