@@ -1,6 +1,6 @@
-# 2026-12-07 (fifteenth sitting): bench/gpu-2026-12-07d/trees.sh running this folder's trees_ab.py
-# (decoding after the first token timed too). The fourteenth sitting's note: bench/gpu-2026-12-06j/1-trees/run.sh in shorter calls, each
-# keeping what it finishes (machines were taken back during 400-s calls before).
+# 2026-12-07 (fifteenth sitting): bench/gpu-2026-12-07c/trees.sh running this folder's
+# trees_ab.py (decoding after each prompt's first token timed too). As the fourteenth sitting's:
+# bench/gpu-2026-12-06j/1-trees/run.sh in shorter calls, each keeping what it finishes.
 #   bash bench/gpu-2026-12-07d/trees.sh setup RUNS  after staging (bash .gpu/q0..q15/recv.sh),
 #       carrying [".gpu/fin", ".gpu/ort-include"]: install, plugin build, export, then RUNS.
 #   bash bench/gpu-2026-12-07d/trees.sh more RUNS   next, on the same machine, no carry.
