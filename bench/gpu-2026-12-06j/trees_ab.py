@@ -6,7 +6,10 @@ process) fall on every arm alike. Trees of 31 verify 32 rows (max_verify_rows 32
 default caps a verify at 16 rows, which makes a tree of 31 a tree of 15). Prints a JSON line per
 block (each arm's tokens, seconds, round ms, the host probe), then a summary: each arm's tok/s,
 its ratio to plain (whole, and the median of the blocks' ratios), tau, and the blocks whose
-answers were the same in every arm.
+answers were the same in every arm. Since 2026-12-07 (fifteenth sitting) it also times the
+decoding after each prompt's first token (`on_prefill`, as tools/gpu_bench.py's
+decode_tokens_per_s): each arm's decode_tokens_per_s and decode_over_plain in the summary,
+decode_s in a block's row.
 
     python3 bench/gpu-2026-12-06j/trees_ab.py ARTIFACT [BLOCKS] [PER] [ARMS] [BACKEND]
 
@@ -18,6 +21,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))
@@ -30,6 +34,11 @@ blocks = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 per = int(sys.argv[3]) if len(sys.argv) > 3 else 8
 arms = (sys.argv[4] if len(sys.argv) > 4 else "plain,t15,t31").split(",")
 backend = sys.argv[5] if len(sys.argv) > 5 else "ort-cuda"
+
+
+def first_token(prefilled: list[float], done: int, total: int) -> None:
+    if done == total:  # the step that fed the prompt's last token drew the first one
+        prefilled.append(time.perf_counter())
 
 
 def load(arm: str) -> LLM:
@@ -46,7 +55,8 @@ prompts = held_out_prompts(blocks * per)
 params = SamplingParams(max_tokens=256, temperature=0.0, seed=11)
 for llm in llms.values():  # graphs captured, first runs done
     llm.generate(prompts[:1], SamplingParams(max_tokens=32, temperature=0.0, seed=11))
-totals = {arm: {"tokens": 0, "seconds": 0.0, "cycles": 0, "accepted": 0}
+totals = {arm: {"tokens": 0, "seconds": 0.0, "cycles": 0, "accepted": 0, "decode_s": 0.0,
+               "decode_tokens": 0}
           for arm in arms}
 ratios: dict[str, list[float]] = {arm: [] for arm in arms if arm != "plain"}
 same = 0
@@ -59,15 +69,21 @@ for block in range(blocks):
         before = (stats.rounds, stats.seconds.get("round", 0.0), stats.cycles,
                   stats.accepted) if stats else None
         tokens, start, answers[arm] = 0, time.perf_counter(), []
+        decode_s, prefilled = 0.0, []
         for prompt in prompts[block * per: (block + 1) * per]:
-            out = llm.generate([prompt], params)[0]
+            prefilled.clear()
+            out = llm.generate([prompt], params, on_prefill=partial(first_token, prefilled))[0]
+            decode_s += time.perf_counter() - prefilled[-1]
             tokens += len(out.token_ids)
             answers[arm].append(out.token_ids)
         seconds = time.perf_counter() - start
         total = totals[arm]
         total["tokens"] += tokens
         total["seconds"] += seconds
-        row[arm] = {"tokens": tokens, "seconds": round(seconds, 4)}
+        total["decode_s"] += decode_s
+        total["decode_tokens"] += tokens - per
+        row[arm] = {"tokens": tokens, "seconds": round(seconds, 4),
+                    "decode_s": round(decode_s, 4)}
         if stats:
             rounds = stats.rounds - before[0]
             total["cycles"] += stats.cycles - before[2]
@@ -83,9 +99,12 @@ summary = {"blocks": blocks, "per": per, "same_answers_blocks": same}
 for arm, total in totals.items():
     summary[arm] = {"tokens_per_s": round(total["tokens"] / total["seconds"], 1),
                     "tau": round((total["accepted"] + total["cycles"]) / total["cycles"], 3)
-                    if total["cycles"] else None}
+                    if total["cycles"] else None,
+                    "decode_tokens_per_s": round(total["decode_tokens"] / total["decode_s"], 1)}
     if "plain" in totals and arm != "plain":
         summary[arm]["over_plain"] = round(summary[arm]["tokens_per_s"]
                                            / summary["plain"]["tokens_per_s"], 3)
+        summary[arm]["decode_over_plain"] = round(
+            summary[arm]["decode_tokens_per_s"] / summary["plain"]["decode_tokens_per_s"], 3)
         summary[arm]["median_block_ratio"] = round(statistics.median(ratios[arm]), 3)
 print("summary", json.dumps(summary), flush=True)
