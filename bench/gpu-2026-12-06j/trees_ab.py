@@ -13,11 +13,15 @@ decode_s in a block's row.
 
     python3 bench/gpu-2026-12-06j/trees_ab.py ARTIFACT [BLOCKS] [PER] [ARMS] [BACKEND]
 
-ARMS: comma-separated, from plain, t15, t23, t31 (default plain,t15,t31). BACKEND: ort-cuda
-(default) or ort-cpu with ARMS plain (a dry run of the script's plumbing).
+ARMS: comma-separated, from plain, t15, t23, t31 (default plain,t15,t31), each optionally with
+"@own" (2026-12-07, sixteenth sitting): its engines loaded with CELLSPEC_CUDA_GRAPHS=own (their
+static steps launched as CUDA graphs of their own, DeviceEngine.run), the others with "ort"; an
+"@own" arm's ratios are to "plain@own" where that is an arm. BACKEND: ort-cuda (default) or
+ort-cpu with ARMS plain (a dry run of the script's plumbing).
 """
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -42,12 +46,20 @@ def first_token(prefilled: list[float], done: int, total: int) -> None:
 
 
 def load(arm: str) -> LLM:
-    if arm == "plain":
+    name, _, graphs = arm.partition("@")
+    os.environ["CELLSPEC_CUDA_GRAPHS"] = graphs or "ort"  # read as the engines load
+    if name == "plain":
         return LLM(folder, backend=backend, max_sessions=8, speculation=False)
-    nodes = int(arm[1:])
+    nodes = int(name[1:])
     llm = LLM(folder, backend=backend, max_sessions=8, speculation=True, tree_nodes=nodes)
     llm.executor.max_verify_rows = max(16, nodes + 1)  # one session's tree in one verify
     return llm
+
+
+def base(arm: str) -> str:
+    """The plain arm `arm` is compared with."""
+    own = "plain@own"
+    return own if arm.endswith("@own") and own in arms else "plain"
 
 
 llms = {arm: load(arm) for arm in arms}
@@ -58,7 +70,7 @@ for llm in llms.values():  # graphs captured, first runs done
 totals = {arm: {"tokens": 0, "seconds": 0.0, "cycles": 0, "accepted": 0, "decode_s": 0.0,
                "decode_tokens": 0}
           for arm in arms}
-ratios: dict[str, list[float]] = {arm: [] for arm in arms if arm != "plain"}
+ratios: dict[str, list[float]] = {arm: [] for arm in arms if not arm.startswith("plain")}
 same = 0
 for block in range(blocks):
     order = arms[block % len(arms):] + arms[:block % len(arms)]
@@ -91,8 +103,8 @@ for block in range(blocks):
             row[arm]["round_ms"] = round(1e3 * (stats.seconds["round"] - before[1])
                                          / max(1, rounds), 4)
     for arm in ratios:
-        if "plain" in row:
-            ratios[arm].append(row["plain"]["seconds"] / row[arm]["seconds"])
+        if base(arm) in row:
+            ratios[arm].append(row[base(arm)]["seconds"] / row[arm]["seconds"])
     same += all(answers[arm] == answers[arms[0]] for arm in arms)
     print(json.dumps(row), flush=True)
 summary = {"blocks": blocks, "per": per, "same_answers_blocks": same}
@@ -101,10 +113,19 @@ for arm, total in totals.items():
                     "tau": round((total["accepted"] + total["cycles"]) / total["cycles"], 3)
                     if total["cycles"] else None,
                     "decode_tokens_per_s": round(total["decode_tokens"] / total["decode_s"], 1)}
-    if "plain" in totals and arm != "plain":
+for arm in arms:
+    if arm in ratios and base(arm) in summary:
+        plain = summary[base(arm)]
         summary[arm]["over_plain"] = round(summary[arm]["tokens_per_s"]
-                                           / summary["plain"]["tokens_per_s"], 3)
+                                           / plain["tokens_per_s"], 3)
         summary[arm]["decode_over_plain"] = round(
-            summary[arm]["decode_tokens_per_s"] / summary["plain"]["decode_tokens_per_s"], 3)
+            summary[arm]["decode_tokens_per_s"] / plain["decode_tokens_per_s"], 3)
         summary[arm]["median_block_ratio"] = round(statistics.median(ratios[arm]), 3)
+for arm in arms:  # an "@own" arm over its "ort" twin
+    twin = arm.partition("@")[0]
+    if arm.endswith("@own") and twin in summary:
+        summary[arm]["over_ort_graphs"] = round(summary[arm]["tokens_per_s"]
+                                                / summary[twin]["tokens_per_s"], 3)
+        summary[arm]["decode_over_ort_graphs"] = round(
+            summary[arm]["decode_tokens_per_s"] / summary[twin]["decode_tokens_per_s"], 3)
 print("summary", json.dumps(summary), flush=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -211,6 +213,7 @@ class HostDevice:
     """numpy memory posing as a device (ONNX Runtime's CPU provider binds it by address)."""
 
     ort_device = "cpu"
+    captures = False  # no CUDA graphs of its own (see CudaDevice.capture)
 
     def __init__(self) -> None:
         self.arrays: dict[int, np.ndarray] = {}
@@ -336,10 +339,56 @@ class HostDevice:
         raise AssertionError(f"address {ptr:#x} (+{nbytes}) is in no buffer")
 
 
+class CudaGraph:
+    """A CUDA graph captured on a stream (CudaDevice.capture), instantiated: `launch()` queues
+    all its work on that stream in one call of the driver's."""
+
+    def __init__(self, driver, graph_exec: int, stream: int) -> None:
+        self._driver, self._exec, self._stream = driver, graph_exec, stream
+        self._launch = driver.cuGraphLaunch
+
+    def launch(self) -> None:
+        status = self._launch(self._exec, self._stream)
+        if status:
+            raise ExecutionFailed(f"CUDA: cuGraphLaunch: {_driver_error(self._driver, status)}")
+
+    def __del__(self) -> None:
+        if self._exec:
+            self._driver.cuGraphExecDestroy(self._exec)
+            self._exec = None
+
+
+_CAPTURE_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED: the capturing thread may still allocate
+
+
+def _driver_error(driver, status: int) -> str:
+    name = ctypes.c_char_p()
+    driver.cuGetErrorName(status, ctypes.byref(name))
+    return (name.value or b"CUDA error").decode() + f" {status}"
+
+
+def _cuda_driver():
+    """libcuda's graph calls through ctypes, their argument types declared (PyCUDA's own
+    graph API differs between its releases; the driver's does not)."""
+    driver = ctypes.CDLL("libcuda.so.1")
+    pointer, handle = ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p
+    for name, args in (("cuStreamBeginCapture_v2", [handle, ctypes.c_int]),
+                       ("cuStreamEndCapture", [handle, pointer]),
+                       ("cuGraphInstantiateWithFlags", [pointer, handle, ctypes.c_ulonglong]),
+                       ("cuGraphLaunch", [handle, handle]),
+                       ("cuGraphDestroy", [handle]),
+                       ("cuGraphExecDestroy", [handle]),
+                       ("cuGetErrorName", [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])):
+        function = getattr(driver, name)
+        function.argtypes, function.restype = args, ctypes.c_int
+    return driver
+
+
 class CudaDevice:
     """PyCUDA on device 0's primary context: allocations, page-locked staging, one stream."""
 
     ort_device = "cuda"
+    captures = True
 
     def __init__(self, device_id: int = 0) -> None:
         try:
@@ -357,6 +406,33 @@ class CudaDevice:
         self.cuda = cuda
         self.stream = cuda.Stream()
         self._kernels: dict[str, object] = {}  # name -> prepared function (see _launch)
+        self._driver = None  # libcuda through ctypes, loaded at the first capture
+
+    def capture(self, work: Callable[[], None]) -> CudaGraph | None:
+        """What `work` queues on the stream, captured as one CUDA graph and instantiated, not
+        run (the driver's stream capture, relaxed: ONNX Runtime's runs inside it may allocate);
+        None where it cannot be: `work` raised, or queued something a graph cannot hold (the
+        capture then fails and nothing of it ran). The caller then runs `work` uncaptured."""
+        if self._driver is None:
+            self._driver = _cuda_driver()
+        driver, stream = self._driver, self.stream.handle
+        if driver.cuStreamBeginCapture_v2(stream, _CAPTURE_RELAXED):
+            return None
+        failed = False
+        try:
+            work()
+        except Exception:  # noqa: BLE001 (whatever it was, the uncaptured run says it again)
+            failed = True
+        graph, graph_exec = ctypes.c_void_p(), ctypes.c_void_p()
+        ended = driver.cuStreamEndCapture(stream, ctypes.byref(graph))
+        if graph.value:
+            if not (failed or ended) and driver.cuGraphInstantiateWithFlags(
+                    ctypes.byref(graph_exec), graph, 0):
+                graph_exec = ctypes.c_void_p()
+            driver.cuGraphDestroy(graph)  # the instantiated graph needs it no more
+        if failed or ended or not graph_exec.value:
+            return None
+        return CudaGraph(driver, graph_exec.value, stream)
 
     def alloc(self, nbytes: int) -> Buffer:
         allocation = self.cuda.mem_alloc(max(nbytes, 1))

@@ -137,7 +137,8 @@ class OrtDeviceBackend(Backend):
         wide = None
         if any(i.name == ATTN_SEQLENS for i in session.get_inputs()):
             wide = load_session(path, self.providers, "decomposed")
-        return DeviceEngine(path, session, self.device, self.limits, wide, self.in_order)
+        return DeviceEngine(path, session, self.device, self.limits, wide, self.in_order,
+                            own_graphs=cuda_graphs() == "own")
 
     def load_draft_engine(self, path: Path) -> DeviceEngine:
         """A draft graph's engine, its projections `draft_projections` (cuda_draft_projections)."""
@@ -622,6 +623,20 @@ def _has_pycuda() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("pycuda") is not None
+
+
+GRAPH_MODES = ("ort", "own")
+
+
+def cuda_graphs() -> str:
+    """Whose CUDA graphs `ort-cuda`'s static steps replay: CELLSPEC_CUDA_GRAPHS, else "ort".
+    "ort": ONNX Runtime's own (`gpu_graph_id`), replayed by a run call; "own": the engine's,
+    ONNX Runtime's run captured around it by the device's stream capture and launched in one
+    driver call (DeviceEngine.run; where the runs are queued in order, as with CellAttention)."""
+    mode = os.environ.get("CELLSPEC_CUDA_GRAPHS", "ort")
+    if mode not in GRAPH_MODES:
+        raise InvalidArgument(f"CELLSPEC_CUDA_GRAPHS={mode!r}: one of {', '.join(GRAPH_MODES)}")
+    return mode
 
 
 def cuda_projections(attention: str) -> str:

@@ -346,3 +346,33 @@ def test_a_lone_sessions_tree_cycles_with_blocks_queued_ahead_equal_plain(
             assert walked == spec.stats.walked == spec.stats.grown
         else:
             assert ahead == spec.stats.rounds - len(ids) and finished == 0
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), SAMPLED], ids=["greedy", "sampled"])
+def test_own_graphs_give_onnx_runtimes_tokens(sampling, cell_library, monkeypatch,
+                                              tmp_path_factory, smollm2_gguf):
+    """CELLSPEC_CUDA_GRAPHS=own: every static step of the target, the draft and the sampler
+    launched as a CUDA graph captured around ONNX Runtime's run (DeviceEngine.run) gives the
+    tokens ONNX Runtime's own graphs give, plain and with trees of 15, each prompt alone (as
+    `LLM` runs them) and in a batch of 4; and such graphs were captured and launched."""
+    monkeypatch.setenv("CELLSPEC_CUDA_ATTENTION", "cell")
+    monkeypatch.delenv("CELLSPEC_CUDA_PROJECTIONS", raising=False)
+    out = speculation_artifact(tmp_path_factory, smollm2_gguf, "float16")
+    ids = prompt_ids(out)
+    tokens, engines = {}, []
+    for mode in ("ort", "own"):
+        monkeypatch.setenv("CELLSPEC_CUDA_GRAPHS", mode)
+        plain = Executor.load(out, backend="ort-cuda", max_sessions=4)
+        spec = DFlashExecutor.load(out, backend="ort-cuda", max_sessions=4, tree_nodes=15)
+        tokens[mode] = ([decode(plain, [p], sampling, 48, [i])[0] for i, p in enumerate(ids)],
+                        decode(plain, ids, sampling, 48, [1, 2, 3, 4]),
+                        [decode(spec, [p], sampling, 48, [i])[0] for i, p in enumerate(ids)],
+                        decode(spec, ids, sampling, 48, [1, 2, 3, 4]))
+        assert spec.stats.accepted > 0
+        engines = [plain.target.engine, spec.target.engine, spec.draft.block]
+        assert all(e.own_graphs == (mode == "own") for e in engines)
+    assert tokens["own"] == tokens["ort"]
+    assert tokens["own"][2] == tokens["own"][0]  # speculation kept plain decoding's text
+    for engine in engines:
+        assert any(own.graph is not None for session in (engine.main, engine.wide) if session
+                   for own in session.own.values()), engine.path.name

@@ -3,6 +3,8 @@ address, staged inputs, pools committed through pointer tables, static pieces pa
 buckets, draws made by the graphs (argmax in the target, the sampler graph on its logits). It
 must produce exactly what `ort-cpu` produces."""
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -528,3 +530,146 @@ def test_host_device_finds_the_buffer_holding_an_address_range():
     for ptr, nbytes in ((last.ptr + 150, 51), (lowest - 1, 1), (last.ptr + 200, 1 << 40)):
         with pytest.raises(AssertionError, match="is in no buffer"):
             device._bytes(ptr, nbytes)
+
+
+class CapturingDevice(HostDevice):
+    """HostDevice with CudaDevice.capture's contract: `capture(work)` runs nothing and gives a
+    graph whose launch does what `work` queued, on the addresses bound when it was captured
+    (checked at each launch: a CUDA graph replays those whatever is bound since). `refuse`:
+    every capture fails, as one of something a graph cannot hold does."""
+
+    captures = True
+
+    def __init__(self, refuse: bool = False) -> None:
+        super().__init__()
+        self.refuse = refuse
+        self.captured: list[tuple] = []  # (engine path, graph key) of each capture, in order
+        self.launches = 0
+        # the engine whose run is being captured and its graph key (set by the test's hook)
+        self.engine, self.key = None, None
+
+    def capture(self, work):
+        if self.refuse:
+            return None
+        engine = self.engine
+        current = engine.active.current
+        bound = dict(current.bound)
+        self.captured.append((engine.path.name, self.key))
+        device = self
+
+        class Graph:
+            def launch(self):
+                assert engine.active.current is current and current.bound == bound
+                device.launches += 1
+                work()
+
+        return Graph()
+
+
+def own_graph_backend(artifact, device, monkeypatch, max_sessions=4):
+    """host_backend on `device`, its runs queued in order as ort-cuda's with CellAttention,
+    its engines replaying their own graphs (CELLSPEC_CUDA_GRAPHS=own); every ONNX Runtime run
+    recorded as (engine path, graph key or None where dynamic, captured or not)."""
+    monkeypatch.setenv("CELLSPEC_CUDA_GRAPHS", "own")
+    manifest = Manifest.load(artifact)
+    backend = OrtDeviceBackend("ort-host", device, ["CPUExecutionProvider"],
+                               device_limits(manifest, max_sessions), device_policy(manifest),
+                               artifact / manifest.graphs["sample"], "decomposed")
+    backend.in_order = True
+    runs: list[tuple] = []
+    run, own = device_engine.DeviceEngine.run, device_engine.DeviceEngine._run_own
+
+    def recorded_run(self, graph_key):
+        device.engine, device.key = self, graph_key
+        runs.append((self.path.name, graph_key))
+        return run(self, graph_key)
+
+    monkeypatch.setattr(device_engine.DeviceEngine, "run", recorded_run)
+    monkeypatch.setattr(device_engine.DeviceEngine, "_run_own", own)
+    return backend, runs
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_own_graphs_replay_static_steps_and_keep_the_tokens(dflash_artifact, sampling,
+                                                            monkeypatch):
+    """CELLSPEC_CUDA_GRAPHS=own: each static step's third run of a binding is captured (the two
+    before run uncaptured, as ONNX Runtime warms its memory up) and every later one launches
+    that graph on the addresses it was captured with; dynamic steps never are. Speculation
+    over it gives plain ort-cpu's tokens, greedy and seeded."""
+    plain = Executor.load(dflash_artifact, max_sessions=4)
+    texts = prompts(3, seed=5)
+    expected = [run_alone(plain, p, sampling, seed=7 + i, steps=16) for i, p in enumerate(texts)]
+    device = CapturingDevice()
+    backend, runs = own_graph_backend(dflash_artifact, device, monkeypatch)
+    spec = DFlashExecutor.load(dflash_artifact, backend=backend, max_sessions=4)
+    sids = [spec.open_session() for _ in texts]
+    for i, sid in enumerate(sids):
+        spec.set_sampling(sid, sampling, 7 + i)
+    assert spec_decode(spec, sids, texts, 14) == [e[:14] for e in expected]
+    assert spec.stats.cycles > 0 and device.captured and device.launches
+    # every static key run three times or more was captured at its third run, once, and
+    # launched at that run (a capture runs nothing) and every one after; those run fewer
+    # times were not; dynamic ones never
+    counts = Counter(run for run in runs if run[1] is not None)
+    assert sorted(device.captured) == sorted(run for run, n in counts.items() if n >= 3)
+    assert device.launches == sum(n - 2 for run, n in counts.items() if n >= 3)
+    assert counts and all(run[1] is None or run in counts for run in runs)
+
+
+def test_a_refused_capture_runs_the_step_as_before(dflash_artifact, monkeypatch):
+    """A capture that fails (something in the run a graph cannot hold) leaves the step to ONNX
+    Runtime's own graph: captured once, never launched, and the tokens are ort-cpu's."""
+    plain = Executor.load(dflash_artifact, max_sessions=4)
+    texts = prompts(2, seed=8)
+    expected = [run_alone(plain, p, GREEDY, seed=1, steps=12) for p in texts]
+    device = CapturingDevice(refuse=True)
+    attempts = []
+    capture = device.capture
+    device.capture = lambda work: attempts.append(device.key) or capture(work)
+    backend, runs = own_graph_backend(dflash_artifact, device, monkeypatch)
+    spec = DFlashExecutor.load(dflash_artifact, backend=backend, max_sessions=4)
+    sids = [spec.open_session() for _ in texts]
+    for sid in sids:
+        spec.set_sampling(sid, GREEDY, 1)
+    assert spec_decode(spec, sids, texts, 12) == [e[:12] for e in expected]
+    assert attempts and len(set(attempts)) == len(attempts) and device.launches == 0
+
+
+def test_a_changed_binding_is_captured_again_then_left_to_onnx_runtime(tiny_artifact,
+                                                                      monkeypatch):
+    """A static step whose binding changed since its capture (an address bound anew) is not
+    launched on the old addresses: it warms up and is captured again, up to MAX_CAPTURES
+    times, after which it runs as ONNX Runtime's own graph."""
+    device = CapturingDevice()
+    backend, runs = own_graph_backend(tiny_artifact, device, monkeypatch)
+    cpu = Executor.load(tiny_artifact, max_sessions=4)
+    texts = prompts(2, seed=4)
+    alone = [run_alone(cpu, p, GREEDY, seed=1, steps=30) for p in texts]
+    bound = Executor.load(tiny_artifact, backend=backend, max_sessions=4)
+    engine = bound.target.engine
+    sids, firsts = prefill(bound, texts, GREEDY, [1, 1])
+    produced = {sid: [token] for sid, token in zip(sids, firsts)}
+    limit = device_engine._OwnGraph.MAX_CAPTURES
+    launches = []
+    for step in range(4 * (limit + 1)):
+        if step % 4 == 0:  # a binding changes under the step's key: its version moves on
+            engine.main.current.version += 1 if step else 0
+        before = device.launches
+        for sid, (token,) in zip(sids, decode(bound, sids, [produced[s][-1] for s in sids], 1)):
+            produced[sid].append(token)
+        launches.append(device.launches - before)
+    assert [produced[sid] for sid in sids] == [a[:len(produced[sid])]
+                                               for sid, a in zip(sids, alone)]
+    keys = [key for name, key in device.captured if name == engine.path.name]
+    assert len(keys) == limit and len(set(keys)) == 1
+    # each capture: two warm runs, then launches until the binding changes; after the last,
+    # ONNX Runtime's own graph (no launch)
+    assert launches == [0, 0, 1, 1] * limit + [0, 0, 0, 0]
+
+
+def test_cuda_graph_modes_are_checked(monkeypatch):
+    monkeypatch.setenv("CELLSPEC_CUDA_GRAPHS", "mine")
+    with pytest.raises(InvalidArgument, match="CELLSPEC_CUDA_GRAPHS='mine': one of ort, own"):
+        ort_device.cuda_graphs()
+    monkeypatch.delenv("CELLSPEC_CUDA_GRAPHS")
+    assert ort_device.cuda_graphs() == "ort"
