@@ -107,15 +107,16 @@ def prompt_phases(prompts: list[list[tuple[str, float, float]]]) -> dict:
 
 
 def bracketing(original, marks: list):
-    """DeviceEngine._run wrapped so that each run appends (graph file name, its tokens' width or
+    """DeviceEngine.run wrapped so that each run appends (graph file name, its tokens' width or
     None, a CUDA event recorded before it, one after it) to `marks`, the events on the
-    device's stream."""
+    device's stream. (run, not _run: with CELLSPEC_CUDA_GRAPHS=own, _run also runs inside a
+    stream capture, where an event cannot be recorded.)"""
 
-    def bracketed(self, session, options):
+    def bracketed(self, graph_key):
         device = self.device
         start = device.cuda.Event()
         start.record(device.stream)
-        original(self, session, options)
+        original(self, graph_key)
         end = device.cuda.Event()
         end.record(device.stream)
         feeds = self.step_key[0] if self.step_key else ()
@@ -168,7 +169,7 @@ def main() -> None:
     folder = export_real(args)
     prompts = held_out_prompts(args.prompts)
     marks: list[tuple[str, int | None, object, object]] = []
-    original = device_engine.DeviceEngine._run
+    original = device_engine.DeviceEngine.run
     bracketed = bracketing(original, marks)
 
     results = []
@@ -178,7 +179,7 @@ def main() -> None:
             set_cycle_order(llm.executor, order)
         params = SamplingParams(max_tokens=args.tokens)
         llm.generate(prompts[:1], SamplingParams(max_tokens=8))  # capture the graphs
-        device_engine.DeviceEngine._run = bracketed
+        device_engine.DeviceEngine.run = bracketed
         marks.clear()
         profile = cProfile.Profile() if args.profile else None
         start = time.perf_counter()
@@ -204,7 +205,7 @@ def main() -> None:
             path = args.profile.with_name(f"{args.profile.name}-{order}-{len(results)}.txt")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text.getvalue())
-        device_engine.DeviceEngine._run = original
+        device_engine.DeviceEngine.run = original
         llm.executor.backend.device.synchronize()
         base = marks[0][2]
         verify_width = (llm.executor.tree_nodes + 1 if order != "plain" else -1)

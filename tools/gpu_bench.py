@@ -846,14 +846,14 @@ def device_spans(executor, args, verify_width: int) -> list[tuple[str, float, fl
     if not hasattr(executor.backend.device, "cuda"):
         raise SystemExit("--timeline: CUDA events need the ort-cuda backend")
     marks: list = []
-    original = device_engine.DeviceEngine._run
+    original = device_engine.DeviceEngine.run
 
     class Bracketed:
         def __enter__(self):
-            device_engine.DeviceEngine._run = bracketing(original, marks)
+            device_engine.DeviceEngine.run = bracketing(original, marks)
 
         def __exit__(self, *exc):
-            device_engine.DeviceEngine._run = original
+            device_engine.DeviceEngine.run = original
 
     time_decode(executor, 1, args.context, args.steps, warmup=1, around=Bracketed())
     executor.backend.device.synchronize()

@@ -343,8 +343,9 @@ class CudaGraph:
     """A CUDA graph captured on a stream (CudaDevice.capture), instantiated: `launch()` queues
     all its work on that stream in one call of the driver's."""
 
-    def __init__(self, driver, graph_exec: int, stream: int) -> None:
+    def __init__(self, driver, graph_exec: int, stream: int, nodes: int) -> None:
         self._driver, self._exec, self._stream = driver, graph_exec, stream
+        self.nodes = nodes  # kernels, copies and other nodes it holds
         self._launch = driver.cuGraphLaunch
 
     def launch(self) -> None:
@@ -376,6 +377,7 @@ def _cuda_driver():
                        ("cuStreamEndCapture", [handle, pointer]),
                        ("cuGraphInstantiateWithFlags", [pointer, handle, ctypes.c_ulonglong]),
                        ("cuGraphLaunch", [handle, handle]),
+                       ("cuGraphGetNodes", [handle, pointer, ctypes.POINTER(ctypes.c_size_t)]),
                        ("cuGraphDestroy", [handle]),
                        ("cuGraphExecDestroy", [handle]),
                        ("cuGetErrorName", [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])):
@@ -423,16 +425,17 @@ class CudaDevice:
             work()
         except Exception:  # noqa: BLE001 (whatever it was, the uncaptured run says it again)
             failed = True
-        graph, graph_exec = ctypes.c_void_p(), ctypes.c_void_p()
+        graph, graph_exec, nodes = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_size_t()
         ended = driver.cuStreamEndCapture(stream, ctypes.byref(graph))
         if graph.value:
+            driver.cuGraphGetNodes(graph, None, ctypes.byref(nodes))
             if not (failed or ended) and driver.cuGraphInstantiateWithFlags(
                     ctypes.byref(graph_exec), graph, 0):
                 graph_exec = ctypes.c_void_p()
             driver.cuGraphDestroy(graph)  # the instantiated graph needs it no more
         if failed or ended or not graph_exec.value:
             return None
-        return CudaGraph(driver, graph_exec.value, stream)
+        return CudaGraph(driver, graph_exec.value, stream, nodes.value)
 
     def alloc(self, nbytes: int) -> Buffer:
         allocation = self.cuda.mem_alloc(max(nbytes, 1))
