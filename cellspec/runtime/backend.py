@@ -141,8 +141,11 @@ class TreeVerdict:
     stride: int  # draws per owner there (the verify step's slots per row)
     owners: int
     rows: int  # each tree's rows: its nodes and the anchor
-    # set by queue / launch: the call that waits for the walk and gives [owners, 2]: each accepted
-    # path's length (the anchor's row included) and the draw after it
+    # whether the walk's result comes back to the host (`fetch`); False: nobody reads it (the
+    # second walk of the same trees, into a verify's inputs), and its copy is not queued
+    fetched: bool = True
+    # set by queue / launch where fetched: the call that waits for the walk and gives [owners,
+    # 2]: each accepted path's length (the anchor's row included) and the draw after it
     fetch: Callable[[], np.ndarray] | None = None
 
 

@@ -51,111 +51,156 @@ extern "C" __global__ void gather_rows(char* dst, const char* pool, const long l
     }
 }
 
-// Each owner's tree (one block, one thread each) as runtime/trees.py's grow_tree grows it from
-// the draft block's choices (ids int64, logp float32, [owners, depth_limit, branches]), the first
-// `choices` of each row (all `branches`, or 1: a chain of first choices): the
+// Each owner's tree (one block of 32 threads each) as runtime/trees.py's grow_tree grows it
+// from the draft block's choices (ids int64, logp float32, [owners, depth_limit, branches]),
+// the first `choices` of each row (all `branches`, or 1: a chain of first choices): the
 // `nodes` most probable nodes, best first, ties to the node found first; scores summed in
 // double, in grow_tree's order. Written into a verify's staged inputs (row o of each, a row of
 // `width` slots): tokens[1..nodes] (slot 0, the anchor, staged), positions[i] = positions[0] +
 // depth(i), attn_mask[i][cells + j] = j is i or an ancestor of i (keys: a mask row's columns);
 // and record [owners, 3, nodes + 1]: every row's token, parent (-1 for the anchor) and depth.
+// The block's threads copy the owner's choices into shared memory (up to GROW_SHARED of them:
+// read from global memory one at a time, the serial search waited on each, 20 us a round on an
+// H100, bench/NOTES.md 2026-12-07), thread 0 searches, and they all write the rows and mask.
 #define MAX_TREE_ROWS 64
+#define GROW_SHARED 1024
 extern "C" __global__ void grow_trees(const long long* ids, const float* logp, int depth_limit,
                                       int branches, int choices, int nodes, long long* tokens,
                                       long long* positions, unsigned char* mask, int width,
                                       int keys, int cells, long long* record) {
-    if (threadIdx.x != 0) return;
     const int o = blockIdx.x;
-    const long long* my_ids = ids + (long long)o * depth_limit * branches;
-    const float* my_logp = logp + (long long)o * depth_limit * branches;
-    double c_score[2 * MAX_TREE_ROWS];
-    int c_order[2 * MAX_TREE_ROWS], c_depth[2 * MAX_TREE_ROWS], c_choice[2 * MAX_TREE_ROWS];
-    int c_parent[2 * MAX_TREE_ROWS];
-    double score[MAX_TREE_ROWS];
-    int parent[MAX_TREE_ROWS], depth[MAX_TREE_ROWS];
-    long long token[MAX_TREE_ROWS];
-    unsigned long long seen[MAX_TREE_ROWS];
-    long long* row_tokens = tokens + (long long)o * width;
-    score[0] = 0.0; parent[0] = -1; depth[0] = 0; token[0] = row_tokens[0];
-    int live = 1, order = 1, rows = 1;
-    c_score[0] = (double)my_logp[0]; c_order[0] = 0; c_depth[0] = 1; c_choice[0] = 0;
-    c_parent[0] = 0;
-    while (live > 0 && rows <= nodes) {
-        int b = 0;
-        for (int c = 1; c < live; ++c)
-            if (c_score[c] > c_score[b] || (c_score[c] == c_score[b] && c_order[c] < c_order[b]))
-                b = c;
-        const double s = c_score[b];
-        const int d = c_depth[b], ch = c_choice[b], p = c_parent[b];
-        --live;
-        c_score[b] = c_score[live]; c_order[b] = c_order[live]; c_depth[b] = c_depth[live];
-        c_choice[b] = c_choice[live]; c_parent[b] = c_parent[live];
-        const int row = rows++;
-        token[row] = my_ids[(d - 1) * branches + ch];
-        parent[row] = p; depth[row] = d; score[row] = s;
-        if (ch + 1 < choices) {
-            c_score[live] = score[p] + (double)my_logp[(d - 1) * branches + ch + 1];
-            c_order[live] = order++; c_depth[live] = d; c_choice[live] = ch + 1;
-            c_parent[live] = p; ++live;
-        }
-        if (d < depth_limit) {
-            c_score[live] = s + (double)my_logp[d * branches];
-            c_order[live] = order++; c_depth[live] = d + 1; c_choice[live] = 0;
-            c_parent[live] = row; ++live;
+    const int count = depth_limit * branches;
+    const long long* global_ids = ids + (long long)o * count;
+    const float* global_logp = logp + (long long)o * count;
+    __shared__ long long shared_ids[GROW_SHARED];
+    __shared__ float shared_logp[GROW_SHARED];
+    __shared__ long long token[MAX_TREE_ROWS];
+    __shared__ int parent[MAX_TREE_ROWS], depth[MAX_TREE_ROWS];
+    __shared__ unsigned long long seen[MAX_TREE_ROWS];
+    __shared__ int grown;
+    const bool staged = count <= GROW_SHARED;
+    if (staged) {
+        for (int i = threadIdx.x; i < count; i += blockDim.x) {
+            shared_ids[i] = global_ids[i];
+            shared_logp[i] = global_logp[i];
         }
     }
+    __syncthreads();
+    const long long* my_ids = staged ? shared_ids : global_ids;
+    const float* my_logp = staged ? shared_logp : global_logp;
+    long long* row_tokens = tokens + (long long)o * width;
     long long* row_positions = positions + (long long)o * width;
+    if (threadIdx.x == 0) {
+        double c_score[2 * MAX_TREE_ROWS];
+        int c_order[2 * MAX_TREE_ROWS], c_depth[2 * MAX_TREE_ROWS], c_choice[2 * MAX_TREE_ROWS];
+        int c_parent[2 * MAX_TREE_ROWS];
+        double score[MAX_TREE_ROWS];
+        score[0] = 0.0; parent[0] = -1; depth[0] = 0; token[0] = row_tokens[0];
+        int live = 1, order = 1, rows = 1;
+        c_score[0] = (double)my_logp[0]; c_order[0] = 0; c_depth[0] = 1; c_choice[0] = 0;
+        c_parent[0] = 0;
+        while (live > 0 && rows <= nodes) {
+            int b = 0;
+            for (int c = 1; c < live; ++c)
+                if (c_score[c] > c_score[b]
+                    || (c_score[c] == c_score[b] && c_order[c] < c_order[b]))
+                    b = c;
+            const double s = c_score[b];
+            const int d = c_depth[b], ch = c_choice[b], p = c_parent[b];
+            --live;
+            c_score[b] = c_score[live]; c_order[b] = c_order[live]; c_depth[b] = c_depth[live];
+            c_choice[b] = c_choice[live]; c_parent[b] = c_parent[live];
+            const int row = rows++;
+            token[row] = my_ids[(d - 1) * branches + ch];
+            parent[row] = p; depth[row] = d; score[row] = s;
+            if (ch + 1 < choices) {
+                c_score[live] = score[p] + (double)my_logp[(d - 1) * branches + ch + 1];
+                c_order[live] = order++; c_depth[live] = d; c_choice[live] = ch + 1;
+                c_parent[live] = p; ++live;
+            }
+            if (d < depth_limit) {
+                c_score[live] = s + (double)my_logp[d * branches];
+                c_order[live] = order++; c_depth[live] = d + 1; c_choice[live] = 0;
+                c_parent[live] = row; ++live;
+            }
+        }
+        for (int i = 0; i < rows; ++i) seen[i] = (i ? seen[parent[i]] : 0ull) | (1ull << i);
+        grown = rows;
+    }
+    const long long base = row_positions[0];  // (read by every thread before any writes it)
+    __syncthreads();
+    const int rows = grown;
     long long* out = record + (long long)o * 3 * rows;
-    const long long base = row_positions[0];
-    for (int i = 0; i < rows; ++i) {
-        seen[i] = (i ? seen[parent[i]] : 0ull) | (1ull << i);
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
         row_tokens[i] = token[i];
         row_positions[i] = base + depth[i];
-        unsigned char* mask_row = mask + ((long long)o * width + i) * keys + cells;
-        for (int j = 0; j < rows; ++j) mask_row[j] = (seen[i] >> j) & 1ull;
         out[i] = token[i]; out[rows + i] = parent[i]; out[2 * rows + i] = depth[i];
     }
+    for (int k = threadIdx.x; k < rows * rows; k += blockDim.x) {
+        const int i = k / rows, j = k % rows;
+        mask[((long long)o * width + i) * keys + cells + j] = (seen[i] >> j) & 1ull;
+    }
 }
-// Each owner's tree (record [owners, 3, rows], as grow_trees writes it) walked by its verify's
-// greedy draws (drawn: owner o's rows at o * stride), as runtime/trees.py's walk does, one
-// thread per owner, into a draft block's staged inputs (row o of each, `width` slots, `cells`
-// columns of cell table): the block was staged with the owner's draft cells holding its tree's
-// rows in row order from position base = positions[0] (the verify's anchor). The accepted
-// rows' cells move down to base, base + 1, ... (as CellCache.keep_path moves them), the mask's
-// columns of the others are cleared, the draw after the path becomes the block's anchor at
-// base + path length; out [owners, 2]: each path's length (the anchor's row included) and that
-// draw.
+// Each owner's grown tree (record [owners, 3, rows], as grow_trees writes it) walked by its
+// verify's greedy draws (drawn: owner o's rows at o * stride), as runtime/trees.py's walk does,
+// one block of 32 threads per owner, into a draft block's staged inputs (row o of each, `width`
+// slots, `cells` columns of cell table): the block was staged with the owner's draft cells
+// holding its tree's rows in row order from position base = positions[0] (the verify's anchor).
+// The accepted rows' cells move down to base, base + 1, ... (as CellCache.keep_path moves
+// them), the mask's columns of the others are cleared, the draw after the path becomes the
+// block's anchor at base + path length; out [owners, 2]: each path's length (the anchor's row
+// included) and that draw. The threads copy the tree, the draws and the tree's cells into
+// shared memory, thread 0 walks, and they all write (a path only ever moves a cell down to a
+// slot it has passed, so the cells it moves are read before any is written).
 extern "C" __global__ void walk_trees(const long long* drawn, int stride,
                                       const long long* record, int rows, long long* tokens,
                                       long long* positions, long long* cell_table,
                                       unsigned char* mask, int width, int cells,
                                       long long* out) {
-    if (threadIdx.x != 0) return;
     const int o = blockIdx.x;
-    const long long* my_drawn = drawn + (long long)o * stride;
-    const long long* tree = record + (long long)o * 3 * rows;  // tokens, parents, depths
+    __shared__ long long tree[3 * MAX_TREE_ROWS];  // tokens, parents, depths
+    __shared__ long long my_drawn[MAX_TREE_ROWS];
+    __shared__ long long tree_cells[MAX_TREE_ROWS];  // the table's cells from base
+    __shared__ long long path_cells[MAX_TREE_ROWS];  // the accepted rows' cells, in order
+    __shared__ int walked;
+    __shared__ long long next_token;
+    const long long* my_tree = record + (long long)o * 3 * rows;
     long long* row_positions = positions + (long long)o * width;
     long long* table = cell_table + (long long)o * cells;
-    const long long base = row_positions[0];
-    int row = 0, length = 1;
-    for (;;) {
-        int next = -1;
-        for (int c = row + 1; c < rows; ++c)
-            if (tree[rows + c] == row && tree[c] == my_drawn[row]) { next = c; break; }
-        if (next < 0) break;
-        table[base + length] = table[base + next];
-        ++length;
-        row = next;
+    const long long base = row_positions[0];  // (read by every thread before any writes it)
+    for (int i = threadIdx.x; i < 3 * rows; i += blockDim.x) tree[i] = my_tree[i];
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+        my_drawn[i] = drawn[(long long)o * stride + i];
+        if (base + i < cells) tree_cells[i] = table[base + i];
     }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int row = 0, length = 1;
+        for (;;) {
+            int next = -1;
+            for (int c = row + 1; c < rows; ++c)
+                if (tree[rows + c] == row && tree[c] == my_drawn[row]) { next = c; break; }
+            if (next < 0) break;
+            path_cells[length] = tree_cells[next];
+            ++length;
+            row = next;
+        }
+        walked = length;
+        next_token = my_drawn[row];
+        tokens[(long long)o * width] = next_token;
+        out[2 * o] = length;
+        out[2 * o + 1] = next_token;
+    }
+    __syncthreads();
+    const int length = walked;
     const long long end = base + length;
-    tokens[(long long)o * width] = my_drawn[row];
-    for (int j = 0; j < width; ++j) {
-        row_positions[j] = end + j;
-        unsigned char* mask_row = mask + ((long long)o * width + j) * (cells + width);
-        for (long long c = base; c < base + rows && c < cells; ++c) mask_row[c] = c < end;
+    for (int k = 1 + threadIdx.x; k < length; k += blockDim.x) table[base + k] = path_cells[k];
+    for (int j = threadIdx.x; j < width; j += blockDim.x) row_positions[j] = end + j;
+    const long long span = (base + rows < cells ? base + rows : cells) - base;
+    for (long long k = threadIdx.x; k < (long long)width * span; k += blockDim.x) {
+        const long long j = k / span, c = base + k % span;
+        mask[((long long)o * width + j) * (cells + width) + c] = c < end;
     }
-    out[2 * o] = length;
-    out[2 * o + 1] = my_drawn[row];
 }
 // Each owner's sampled verify rows given the uniforms of their positions (one thread per
 // owner): in the sampler's staged params [R, 4] (temperature, top_p, top_k, uniform; owner o's

@@ -716,7 +716,7 @@ class DFlashExecutor(Executor):
         step = replaced(step, plan=replaced(step.plan, positions=positions))
         # (the walk writes the next anchors over these)
         growth, finish = self._launch_grown(requests, nodes, step, walk=TreeVerdict(
-            self.target.engine, stride, owners, nodes + 1))
+            self.target.engine, stride, owners, nodes + 1, fetched=False))
         return _PastVerdict(step, growth, finish)
 
     def _choices(self, requests: list[ProposalRequest]) -> tuple[np.ndarray, np.ndarray]:

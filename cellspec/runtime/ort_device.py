@@ -333,10 +333,12 @@ class OrtDeviceBackend(Backend):
         self.grown, fetch = self._record_later(host, record, self.grown)
         return fetch
 
-    def _walk(self, engine: DeviceEngine, verdict: TreeVerdict) -> Callable[[], np.ndarray]:
+    def _walk(self, engine: DeviceEngine, verdict: TreeVerdict
+              ) -> Callable[[], np.ndarray] | None:
         """Queue the walk of the trees last grown here (their record) by the verify's draws
-        into `engine`'s staged block inputs, and the copy of each path's length and next token
-        to page-locked memory; returns the call that waits for it and gives them."""
+        into `engine`'s staged block inputs, and where `verdict.fetched` the copy of each path's
+        length and next token to page-locked memory; returns the call that waits for it and
+        gives them (None where not fetched)."""
         assert self.tree_record is not None, "a walk of trees grown on the device"
         assert isinstance(verdict.verify, DeviceEngine)
         width, keys = _mask_width_keys(engine)
@@ -351,6 +353,8 @@ class OrtDeviceBackend(Backend):
                                engine.input_address(names.CELL_TABLE),
                                engine.input_address(names.ATTN_MASK), width, keys - width,
                                record.ptr)
+        if not verdict.fetched:  # (its result is the one a walk of the same trees gave)
+            return None
         host = pinned[: 16 * verdict.owners].view(np.int64).reshape(verdict.owners, 2)
         self.walked, fetch = self._record_later(host, record, self.walked)
         return fetch

@@ -218,17 +218,19 @@ def test_float16_speculation_equals_plain_with_the_draft_on_cublas(
     assert (backend.projections, backend.draft_projections) == ("row", "cublas")
 
 
-@pytest.mark.parametrize("nodes,choices", [(7, None), (15, None), (31, None), (15, 1), (12, 2)])
-def test_trees_grown_on_the_device_are_grow_trees(nodes, choices):
+@pytest.mark.parametrize("nodes,choices,depth", [(7, None, 15), (15, None, 15), (31, None, 15),
+                                                 (15, 1, 15), (12, 2, 15), (31, None, 300)])
+def test_trees_grown_on_the_device_are_grow_trees(nodes, choices, depth):
     """CudaDevice.grow_trees against HostDevice's (runtime/trees.py's grow_tree itself, of each
     row's first `choices`: all where None, 1 a chain) on the
     same memory: the draft's choices with many ties (log-probabilities on a grid of 0.5, best
     first), three owners of a padded verify step. Every byte of the tokens, positions, mask
-    and record is the same, those the trees do not touch included."""
+    and record is the same, those the trees do not touch included. (A block of 300 rows of 4
+    choices is more than the kernel copies to shared memory: it reads them where they are.)"""
     from cellspec.runtime.device import CudaDevice, HostDevice
 
     rng = np.random.default_rng(nodes)
-    owners, depth, branches, width, cells = 3, 15, 4, 32, 64
+    owners, branches, width, cells = 3, 4, 32, 64
     keys = cells + width
     ids = rng.integers(0, 49152, (owners, depth, branches)).astype(np.int64)
     logp = -np.sort(np.round(rng.uniform(0, 3, (owners, depth, branches)) * 2) / 2, axis=-1)
