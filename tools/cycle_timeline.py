@@ -2,7 +2,11 @@
 CellAttention (the LLM's defaults: trees of 15), a CUDA event recorded on the device's stream
 before and after every engine run, so the device's own timeline comes back: how long each run
 kept the device busy (the verify, the drain behind it, the draft block) and how long the device
-sat idle before each, waiting for the host to queue it.
+spent before each outside the runs. (That time is not the host's lateness: it holds the small
+operations queued between runs, staging copies, tree kernels, commits, records' copies, about
+0.12 ms of a round on an H100, which bench/gpu-2026-12-07e/op_timeline.py brackets one by one;
+a round took 200 us of busy waiting added to the host's side without slowing down,
+bench/gpu-2026-12-07e/host_delay.py. bench/NOTES.md, 2026-12-07, sixteenth sitting.)
 
     python tools/cycle_timeline.py --draft DRAFT [--prompts 8] [--tokens 96] [--orders prefill,walk]
         [--plain] [--work DIR] [--out FILE]
@@ -10,9 +14,9 @@ sat idle before each, waiting for the host to queue it.
 Each run is bracketed on the stream by events recorded just before and after its
 `run_with_iobinding`, so a run's span is its kernels (its staging copies and the commit after
 it fall in the gaps, a few microseconds each). A round is the span from one verify's end to
-the next's; per round, the medians of: each kind of run's device time, the device's idle time
-before it (how long the host took to queue it after the device had finished what was queued
-before), and the round. Recording the events adds a few microseconds of host time a run.
+the next's; per round, the medians of: each kind of run's device time, the time before it
+outside runs (`idle_before_ms`: the small operations queued before it, and any wait for the
+host), and the round. Recording the events adds a few microseconds of host time a run.
 
 Each prompt (generated alone) is also bracketed by events recorded at `generate`'s call and
 after its return, so `prompts` gives where a request's time goes outside its rounds, as medians
