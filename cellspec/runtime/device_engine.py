@@ -312,8 +312,10 @@ class DeviceEngine(Engine):
         """Run the bound static step as a CUDA graph of the engine's own (`own_graphs`): ONNX
         Runtime's run captured by the device's stream capture around it, then launched in one
         driver call, where replaying ONNX Runtime's own graph (`gpu_graph_id`) costs the host a
-        run call that checks every bound input and output (23-28 us a run for SmolLM2's 65 and
-        63 on an H100's host, bench/NOTES.md 2026-12-07). Its first WARM_RUNS runs on a binding
+        run call that checks every bound input and output (16-24 us a run for SmolLM2's 65 and
+        63 on an H100's host, against 9-12 us a launch; no round was faster for it, since a
+        round waits for the device: bench/NOTES.md, 2026-12-07, sixteenth sitting; opt-in,
+        `ort_device.cuda_graphs`). Its first WARM_RUNS runs on a binding
         go uncaptured; a change to the binding (`_Binding.version`) captures again. False where
         the step is not for an own graph (past GraphIds' limit, an output left to ONNX Runtime,
         a host input, a failed capture): the caller runs it as before."""
