@@ -59,9 +59,10 @@ extern "C" __global__ void gather_rows(char* dst, const char* pool, const long l
 // `width` slots): tokens[1..nodes] (slot 0, the anchor, staged), positions[i] = positions[0] +
 // depth(i), attn_mask[i][cells + j] = j is i or an ancestor of i (keys: a mask row's columns);
 // and record [owners, 3, nodes + 1]: every row's token, parent (-1 for the anchor) and depth.
-// The block's threads copy the owner's choices into shared memory (up to GROW_SHARED of them:
-// read from global memory one at a time, the serial search waited on each, 20 us a round on an
-// H100, bench/NOTES.md 2026-12-07), thread 0 searches, and they all write the rows and mask.
+// The block's threads copy the owner's choices into shared memory (up to GROW_SHARED of them;
+// more are read where they are), thread 0 searches, and they all write the rows and mask.
+// (Until 2026-12-07 one thread did it all from global memory: 20 us of a round on an H100, now
+// 15; bench/NOTES.md, sixteenth sitting.)
 #define MAX_TREE_ROWS 64
 #define GROW_SHARED 1024
 extern "C" __global__ void grow_trees(const long long* ids, const float* logp, int depth_limit,
