@@ -20,15 +20,17 @@ from cellspec.errors import ExecutionFailed, InvalidArgument
 
 _INSTALL = "pip install 'cellspec[gpu]' (onnxruntime-gpu and pycuda)"
 
-# pool[cells[t]] = new[t] for every (pool, new) pair p; one block per (token, pair). Rows are
-# copied 16 bytes at a time when the row size and the addresses allow it.
+# pool[cells[t]] = new[t] for every (pool, new) pair p of a commit table, [3, pairs]: the pools'
+# addresses, the new rows' addresses, each pair's row size in bytes (the pairs of several pools
+# of different widths, a verify's keys and values and its taps, in one launch; one block per
+# (token, pair)). Rows are copied 16 bytes at a time when the row size and the addresses allow it.
 _COMMIT_SOURCE = r"""
-extern "C" __global__ void commit_rows(const unsigned long long* pools,
-                                       const unsigned long long* news,
-                                       const long long* cells, int row_bytes) {
+extern "C" __global__ void commit_rows(const unsigned long long* table, int pairs,
+                                       const long long* cells) {
     const long long t = blockIdx.x;
-    char* dst = (char*)pools[blockIdx.y] + cells[t] * (long long)row_bytes;
-    const char* src = (const char*)news[blockIdx.y] + t * (long long)row_bytes;
+    const long long row_bytes = (long long)table[2 * pairs + blockIdx.y];
+    char* dst = (char*)table[blockIdx.y] + cells[t] * row_bytes;
+    const char* src = (const char*)table[pairs + blockIdx.y] + t * row_bytes;
     if (row_bytes % 16 == 0) {
         for (int i = threadIdx.x; i < row_bytes / 16; i += blockDim.x)
             ((uint4*)dst)[i] = ((const uint4*)src)[i];
@@ -226,7 +228,7 @@ extern "C" __global__ void tree_uniforms(float* params, const long long* record,
 # each kernel's parameters as struct characters ("P" an address, "i" an int32), for
 # prepared launches
 _KERNEL_ARGS = {
-    "commit_rows": "PPPi",
+    "commit_rows": "PiP",
     "gather_rows": "PPPi",
     "grow_trees": "PPiiiiPPPiiiP",
     "walk_trees": "PiPiPPPPiiP",
@@ -296,19 +298,17 @@ class HostDevice:
     def mark(self, reuse=None) -> _Done:
         return _DONE
 
-    def commit(self, pools: Buffer, news: Buffer, cells: Buffer, count: int,
-               row_bytes: int) -> None:
-        pool_ptrs = self._bytes(pools.ptr, pools.nbytes).view(np.uint64)
-        new_ptrs = self._bytes(news.ptr, news.nbytes).view(np.uint64)
-        rows = self._bytes(cells.ptr, 8 * count).view(np.int64)
-        for pool, new in zip(pool_ptrs.tolist(), new_ptrs.tolist()):
+    def commit(self, table: Buffer, pairs: int, cells: int, count: int, widest: int) -> None:
+        rows = self._bytes(cells, 8 * count).view(np.int64)
+        entries = self._bytes(table.ptr, 24 * pairs).view(np.uint64).reshape(3, pairs)
+        for pool, new, row_bytes in entries.T.tolist():
             source = self._bytes(new, count * row_bytes).reshape(count, row_bytes)
             for t, cell in enumerate(rows.tolist()):
                 self._bytes(pool + cell * row_bytes, row_bytes)[:] = source[t]
 
-    def gather(self, dst: Buffer, pool: Buffer, cells: Buffer, count: int,
+    def gather(self, dst: Buffer, pool: Buffer, cells: int, count: int,
                row_bytes: int) -> None:
-        rows = self._bytes(cells.ptr, 8 * count).view(np.int64)
+        rows = self._bytes(cells, 8 * count).view(np.int64)
         for t, cell in enumerate(rows.tolist()):
             self._bytes(dst.ptr + t * row_bytes, row_bytes)[:] = \
                 self._bytes(pool.ptr + cell * row_bytes, row_bytes)
@@ -520,22 +520,23 @@ class CudaDevice:
         event.record(self.stream)
         return event
 
-    def commit(self, pools: Buffer, news: Buffer, cells: Buffer, count: int,
-               row_bytes: int) -> None:
-        """pool[cells[t]] = new[t] for every pair of the pointer tables, on the stream."""
+    def commit(self, table: Buffer, pairs: int, cells: int, count: int, widest: int) -> None:
+        """pool[cells[t]] = new[t] for t < count and every pair of the commit `table` ([3,
+        pairs]: pools' and new rows' addresses, row sizes; `widest` the largest of those), the
+        cells at address `cells`, on the stream, in one launch."""
         if count == 0:
             return
-        self._launch("commit_rows", (count, pools.nbytes // 8),
-                     (min(128, max(32, row_bytes // 16)), 1, 1),
-                     pools.ptr, news.ptr, cells.ptr, row_bytes)
+        self._launch("commit_rows", (count, pairs), (min(128, max(32, widest // 16)), 1, 1),
+                     table.ptr, pairs, cells)
 
-    def gather(self, dst: Buffer, pool: Buffer, cells: Buffer, count: int,
+    def gather(self, dst: Buffer, pool: Buffer, cells: int, count: int,
                row_bytes: int) -> None:
-        """dst[t] = pool[cells[t]] for t < count, on the stream."""
+        """dst[t] = pool[cells[t]] for t < count (the cells at address `cells`), on the
+        stream."""
         if count == 0:
             return
         self._launch("gather_rows", (count, 1), (min(128, max(32, row_bytes // 16)), 1, 1),
-                     dst.ptr, pool.ptr, cells.ptr, row_bytes)
+                     dst.ptr, pool.ptr, cells, row_bytes)
 
     def grow_trees(self, ids: int, logp: int, owners: int, depth_limit: int, branches: int,
                    nodes: int, tokens: int, positions: int, mask: int, width: int, keys: int,

@@ -168,8 +168,11 @@ class DeviceEngine(Engine):
             elif not name.startswith(("k_pool.", "v_pool.")) and name != names.LOGITS:
                 self.sizes[name] = size  # (pools and the sampler's logits are borrowed)
                 arena += _aligned(size)
-        # a step's host feeds, packed: one copy to the device per step, not one per input
+        # a step's host feeds, packed, and after them its cell lists (stage's `cells`): one
+        # copy to the device per step, not one per input
+        arena += SIDE_LISTS * _aligned(8 * limits["S"] * limits["Q"])
         self.arena, self.staging = device.alloc(arena), Staging(device, arena)
+        self.cell_lists: dict[str, int] = {}  # the staged step's cell lists' addresses
         self.layouts: dict[tuple, tuple[dict[str, int], int]] = {}  # see _layout
         self.runs = 0  # runs so far: an output fetched later is the run's while this stays
 
@@ -177,10 +180,14 @@ class DeviceEngine(Engine):
     def graph_ids(self) -> GraphIds:
         return self.main.graph_ids
 
-    def stage(self, feeds: dict[str, np.ndarray], static: bool = True) -> dict[str, int]:
+    def stage(self, feeds: dict[str, np.ndarray], static: bool = True,
+              cells: dict[str, np.ndarray] | None = None) -> dict[str, int]:
         """Choose the session for the step's shape, copy the host feeds it reads into their
         buffers (async) and bind them (`static`: on the IOBinding of the feeds' layout, else on
-        the one dynamic steps share); returns the dim values."""
+        the one dynamic steps share); returns the dim values. `cells`: lists of cells (at most
+        SIDE_LISTS, each at most S x Q) the device's own kernels read around the run (the
+        cells it commits, those it gathers), copied as int64 after the feeds in the same copy;
+        `cell_list(name)` says where."""
         key = tuple([(name, array.shape, array.dtype.num) for name, array in feeds.items()])
         dims = self.dims_memo.get(key)
         if dims is None:
@@ -206,12 +213,20 @@ class DeviceEngine(Engine):
             else:
                 staged[name] = array
         offsets, end = self._layout(layout, staged)
-        if staged:
+        self.cell_lists = {}
+        if staged or cells:
             arena_host = memoryview(self.staging.take())
             for name, array in staged.items():
                 if array.nbytes:
                     start = offsets[name]
                     arena_host[start: start + array.nbytes] = _flat_bytes(array)
+            for name, array in (cells or {}).items():  # (not bound: only read by address)
+                flat = _flat_bytes(np.ascontiguousarray(array, np.int64))
+                assert len(self.cell_lists) < SIDE_LISTS and end + flat.nbytes <= \
+                    self.arena.nbytes, "at most SIDE_LISTS lists of S x Q cells"
+                arena_host[end: end + flat.nbytes] = flat
+                self.cell_lists[name] = self.arena.ptr + end
+                end += _aligned(flat.nbytes)
             self.staging.upload(self.arena, end)
         if current.staged != layout:  # else bound as this layout's last step bound them
             for name in staged:
@@ -233,6 +248,10 @@ class DeviceEngine(Engine):
                 self.layouts.clear()
             self.layouts[key] = offsets, end
         return self.layouts[key]
+
+    def cell_list(self, name: str) -> int:
+        """Where the staged step's cell list `name` (stage's `cells`) is on the device."""
+        return self.cell_lists[name]
 
     def input_buffer(self, name: str) -> Buffer:
         """A buffer of its own for an input the device fills (a gather), made at first use."""
@@ -390,6 +409,9 @@ class DeviceEngine(Engine):
         bind(name, where, 0, element, list(shape), ptr)
         current.bound[(name, is_input)] = bound
         current.version += 1
+
+
+SIDE_LISTS = 2  # cell lists a step stages with its feeds (the cells it commits, it gathers)
 
 
 def _flat_bytes(array: np.ndarray):

@@ -56,19 +56,22 @@ class DevicePools(Pools):
         super().__init__(max_cells, pairs, width)
         self.device, self.row_bytes = device, width * itemsize
         self.buffers = {name: device.alloc(max_cells * self.row_bytes) for name in self.names}
-        self.tables: dict[int, tuple[Buffer, Buffer]] = {}  # engine id -> pointer tables
 
-    def tables_for(self, engine: DeviceEngine) -> tuple[Buffer, Buffer]:
-        """Device arrays of the pools' and the engine's k_new/v_new addresses, in pairs."""
-        if id(engine) not in self.tables:
-            pools = np.array([self.buffers[n].ptr for n in self.names], np.uint64)
-            news = np.array([engine.buffers[n].ptr for n in self.new_names], np.uint64)
-            tables = (self.device.alloc(pools.nbytes), self.device.alloc(news.nbytes))
-            self.device.upload(tables[0], pools)
-            self.device.upload(tables[1], news)
-            self.device.synchronize()
-            self.tables[id(engine)] = tables
-        return self.tables[id(engine)]
+
+class _CommitTable:
+    """A run's commit table on the device (CudaDevice.commit): every pair of pool and new rows
+    of the pools it commits, [3, pairs] uint64 (the pools' addresses, the engine's k_new/v_new
+    (or taps) addresses, the row sizes), so that one launch commits them all."""
+
+    def __init__(self, device, engine: DeviceEngine, pools: Sequence[DevicePools]) -> None:
+        entries = [(p.buffers[name].ptr, engine.buffers[new].ptr, p.row_bytes)
+                   for p in pools for name, new in zip(p.names, p.new_names)]
+        table = np.array(entries, np.uint64).T.copy()
+        self.buffer, self.pairs = device.alloc(table.nbytes), len(entries)
+        self.widest = max(p.row_bytes for p in pools)
+        self.held = (engine, tuple(pools))  # their ids stay theirs while the table is kept
+        device.upload(self.buffer, table)
+        device.synchronize()
 
 
 class OrtDeviceBackend(Backend):
@@ -99,10 +102,8 @@ class OrtDeviceBackend(Backend):
         # stagings, runs, commits and draws then keep their order with no wait between them
         self.in_order = any(isinstance(p, tuple) and "user_compute_stream" in p[1]
                             for p in providers)
-        self.cells = device.alloc(8 * limits["S"] * limits["Q"])
-        self.cells_staging = Staging(device, 8 * limits["S"] * limits["Q"])
-        self.gather_cells = device.alloc(8 * limits["S"] * limits["Q"])
-        self.gather_staging = Staging(device, 8 * limits["S"] * limits["Q"])
+        # (engine id, pools' ids) -> the table its runs commit those pools by
+        self.commit_tables: dict[tuple, _CommitTable] = {}
         self.timings: dict[str, float] = defaultdict(float)  # seconds per phase, all runs
         self.wanted_memo: dict[tuple, tuple] = {}  # see _wanted
         self.history: Buffer | None = None  # a chain's drawn tokens, [steps, rows] int64
@@ -285,13 +286,16 @@ class OrtDeviceBackend(Backend):
         assert isinstance(engine, DeviceEngine)
         assert all(isinstance(p, DevicePools) for p in pools)
         clock = _Clock(self.timings)
-        dims = engine.stage(feeds, static)
+        lists = {}  # cell lists staged with the feeds, in the same copy
+        if cells is not None:
+            lists[_COMMITTED] = cells
+        if gather is not None:
+            lists[_GATHERED] = gather.cells
+        dims = engine.stage(feeds, static, lists)
         for p in pools:
             engine.bind_pools(p)
         if gather is not None:  # pool rows into the input's buffer, device to device
             dims |= self._gather(engine, gather)
-        if cells is not None:  # staged before the run: one synchronize covers both
-            _upload_cells(self.cells_staging, self.cells, cells)
         engine.bind_outputs(dims, self._wanted(outputs, pools if cells is not None else (),
                                                draw_output))
         if tokens_from is not None:
@@ -303,11 +307,21 @@ class OrtDeviceBackend(Backend):
         clock.lap("stage")
         engine.run(engine.step_key if static else None)
         clock.lap("run")
-        for p in pools if cells is not None else ():
-            pool_table, new_table = p.tables_for(engine)
-            self.device.commit(pool_table, new_table, self.cells, cells.size, p.row_bytes)
+        if cells is not None and pools:  # every pool's rows in one launch
+            table = self._commit_table(engine, pools)
+            self.device.commit(table.buffer, table.pairs, engine.cell_list(_COMMITTED),
+                               cells.size, table.widest)
         clock.lap("commit")
         return dims
+
+    def _commit_table(self, engine: DeviceEngine, pools: Sequence[Pools]) -> _CommitTable:
+        """The table `engine`'s runs commit `pools` by, made at its first use and kept."""
+        key = (id(engine), *(id(p) for p in pools))
+        table = self.commit_tables.get(key)
+        if table is None:
+            assert all(isinstance(p, DevicePools) for p in pools)
+            table = self.commit_tables[key] = _CommitTable(self.device, engine, pools)
+        return table
 
     def _grow(self, engine: DeviceEngine, grow: TreeGrowth) -> Callable[[], np.ndarray]:
         """Queue the trees' growth into `engine`'s staged verify inputs and the copy of their
@@ -397,9 +411,8 @@ class OrtDeviceBackend(Backend):
         [S, Q, width] and return its dims."""
         pools = gather.pools
         assert isinstance(pools, DevicePools)
-        _upload_cells(self.gather_staging, self.gather_cells, gather.cells)
         buffer = engine.input_buffer(gather.name)
-        self.device.gather(buffer, pools.buffers[gather.pool], self.gather_cells,
+        self.device.gather(buffer, pools.buffers[gather.pool], engine.cell_list(_GATHERED),
                            gather.cells.size, pools.row_bytes)
         shape = (*gather.cells.shape, pools.width)
         engine.bind_external(gather.name, shape, buffer.ptr)
@@ -500,6 +513,9 @@ class DeviceChain(Chain):
 
 
 PINNED_VIEWS = 64  # page-locked output views kept (OrtDeviceBackend._pinned_view)
+# the cell lists a run stages with its feeds (DeviceEngine.stage): the cells it commits, the
+# cells its gather reads
+_COMMITTED, _GATHERED = "committed", "gathered"
 
 
 def _draw_output(draws: Draws | None) -> str | None:
@@ -515,11 +531,6 @@ def _mask_width_keys(engine: DeviceEngine) -> tuple[int, int]:
     Q, N + Q]: the tree kernels address its rows by them."""
     shape = engine.active.current.bound[(names.ATTN_MASK, True)][0]
     return shape[2], shape[3]
-
-
-def _upload_cells(staging: Staging, buffer: Buffer, cells: np.ndarray) -> None:
-    """Queue the copy of `cells` as int64 to `buffer`, through the next of `staging`'s turns."""
-    _upload_as(staging, buffer, cells, np.int64)
 
 
 def _upload_as(staging: Staging, buffer: Buffer, array: np.ndarray, dtype) -> None:

@@ -278,6 +278,21 @@ def test_trees_walked_on_the_device_are_walk(seed):
     np.testing.assert_array_equal(host["out"][:, 0], [len(p) for p in case["paths"]])
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_one_commit_on_the_device_writes_pools_of_different_row_sizes(seed):
+    """CudaDevice.commit of a table of three pairs of two row sizes (48 bytes, copied 16 at a
+    time, and 3, byte by byte), the cells read from inside an arena
+    (tests/runtime/test_ort_device.py's device_commit): every pool's bytes those of numpy's
+    indexing and of HostDevice's commit."""
+    from cellspec.runtime.device import CudaDevice, HostDevice
+    from tests.runtime.test_ort_device import device_commit
+
+    cuda, host = device_commit(CudaDevice(), seed), device_commit(HostDevice(), seed)
+    for name, expected in cuda["expected"].items():
+        np.testing.assert_array_equal(cuda["got"][name], expected, err_msg=name)
+        np.testing.assert_array_equal(cuda["got"][name], host["got"][name], err_msg=name)
+
+
 @pytest.mark.parametrize("walked", [False, True], ids=["grown", "walked"])
 @pytest.mark.parametrize("seed", range(3))
 def test_tree_uniforms_on_the_device_are_host_devices(seed, walked):

@@ -10,7 +10,6 @@ import pytest
 
 from cellspec.errors import InvalidArgument
 from cellspec.runtime.device import HostDevice
-from cellspec.runtime.device_engine import Staging
 from cellspec.runtime.dflash import DFlashExecutor
 from cellspec.runtime.executor import Executor
 from cellspec.runtime.types import BatchInput
@@ -100,10 +99,6 @@ def queued_backend(artifact, max_sessions):
         return engine
 
     backend.load_engine = load_engine
-    for name in ("cells", "gather_cells"):
-        setattr(backend, name, backend.device.alloc(getattr(backend, name).nbytes))
-    for name in ("cells_staging", "gather_staging"):
-        setattr(backend, name, Staging(backend.device, getattr(backend, name).buffers[0].size))
     return backend
 
 

@@ -4,6 +4,7 @@ buckets, draws made by the graphs (argmax in the target, the sampler graph on it
 must produce exactly what `ort-cpu` produces."""
 
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -464,27 +465,36 @@ def test_a_layout_whose_binding_was_dropped_binds_everything_again(tiny_artifact
 
 
 def test_a_step_copies_its_inputs_to_the_device_in_one_call(tiny_artifact):
-    """The host inputs of a step (tokens, positions, cell table, mask, rows) are packed into one
-    arena: one upload for them and one for the cells the commit writes, at every step. Each
-    input is bound inside the arena, at one address per shape (so a captured CUDA graph
-    replays on the addresses it was captured with), and the tokens stay those of ort-cpu."""
+    """The host inputs of a step (tokens, positions, cell table, mask, rows) and the cells its
+    commit writes are packed into one arena: one upload at every step (two until 2026-12-07,
+    seventeenth sitting). Each input is bound inside the arena, at one address per shape (so a
+    captured CUDA graph replays on the addresses it was captured with), the commit reads its
+    cells after them (every session's new token's cell, the padding row's the scratch cell),
+    and the tokens stay those of ort-cpu."""
     cpu = Executor.load(tiny_artifact, max_sessions=4)
     texts = prompts(3, seed=6)
     alone = [run_alone(cpu, p, GREEDY, seed=1, steps=5) for p in texts]
     backend = host_backend(tiny_artifact, 4)
-    uploads = []
-    upload = backend.device.upload
-    backend.device.upload = lambda buffer, host: (uploads.append(buffer.ptr),
-                                                  upload(buffer, host))
+    device, uploads, commits = backend.device, [], []
+    upload, commit = device.upload, device.commit
+    device.upload = lambda buffer, host: (uploads.append(buffer.ptr), upload(buffer, host))
+    device.commit = lambda table, pairs, cells, count, widest: (
+        commits.append((cells, device._bytes(cells, 8 * count).view(np.int64).tolist())),
+        commit(table, pairs, cells, count, widest))
     bound = Executor.load(tiny_artifact, backend=backend, max_sessions=4)
     engine = bound.target.engine
     sids, firsts = prefill(bound, texts, GREEDY, [1] * len(texts))
     produced, addresses = [[token] for token in firsts], []
     for _ in range(4):
         uploads.clear()
+        commits.clear()
         for tokens, (token,) in zip(produced, decode(bound, sids, [p[-1] for p in produced], 1)):
             tokens.append(token)
-        assert uploads == [engine.arena.ptr, backend.cells.ptr]
+        assert uploads == [engine.arena.ptr]
+        ((address, cells),) = commits
+        assert engine.arena.ptr < address < engine.arena.ptr + engine.arena.nbytes
+        assert cells == [int(bound.cache.cells_of(s)[-1]) for s in sids] + \
+            [bound.cache.scratch_cell]
         addresses.append({name: value[1] for (name, is_input), value
                           in engine.main.current.bound.items() if is_input})
     assert produced == alone
@@ -492,6 +502,55 @@ def test_a_step_copies_its_inputs_to_the_device_in_one_call(tiny_artifact):
     arena = range(engine.arena.ptr, engine.arena.ptr + engine.arena.nbytes)
     assert staged <= set(addresses[0]) and all(addresses[0][n] in arena for n in staged)
     assert addresses[1:] == addresses[:1] * 3  # the same shape: the same addresses
+
+
+def device_commit(device, seed: int) -> dict[str, np.ndarray]:
+    """A run's commit of two pools of different row sizes in one call (a verify's: its keys
+    and values, rows of 3 float16 x 8 = 48 bytes, two pairs; its taps, rows of 3 bytes, one
+    pair) through the backend's commit table, the cells in an arena after other bytes: every
+    pool's bytes after the commit, by name, and numpy's indexing of the same rows."""
+    rng = np.random.default_rng(seed)
+    count, max_cells = 5, 12
+    kv = ort_device.DevicePools(device, max_cells, [("k_pool.0", "k_new.0"),
+                                                    ("v_pool.0", "v_new.0")], 24, 2)
+    taps = ort_device.DevicePools(device, max_cells, [("taps_pool", "taps")], 3, 1)
+    news = {"k_new.0": rng.normal(size=(count, 24)).astype(np.float16),
+            "v_new.0": rng.normal(size=(count, 24)).astype(np.float16),
+            "taps": rng.integers(0, 255, (count, 3)).astype(np.uint8)}
+    engine = SimpleNamespace(buffers={})
+    for name, rows in news.items():
+        engine.buffers[name] = device.alloc(rows.nbytes)
+        device.upload(engine.buffers[name], rows)
+    cells = rng.permutation(max_cells)[:count].astype(np.int64)
+    arena = device.alloc(64 + cells.nbytes)
+    device.upload(arena, np.concatenate([np.full(8, -1, np.int64), cells]))
+    before = {}
+    for pools in (kv, taps):
+        for name in pools.names:
+            rows = rng.integers(0, 255, (max_cells, pools.row_bytes)).astype(np.uint8)
+            device.upload(pools.buffers[name], rows)
+            before[name] = rows
+    table = ort_device._CommitTable(device, engine, [kv, taps])
+    assert (table.pairs, table.widest) == (3, 48)
+    device.commit(table.buffer, table.pairs, arena.ptr + 64, count, table.widest)
+    device.synchronize()
+    got, expected = {}, {}
+    for pools in (kv, taps):
+        for name, new in zip(pools.names, pools.new_names):
+            got[name] = np.empty((max_cells, pools.row_bytes), np.uint8)
+            device.download(got[name], pools.buffers[name])
+            expected[name] = before[name].copy()
+            expected[name][cells] = news[new].view(np.uint8).reshape(count, -1)
+    return {"got": got, "expected": expected}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_commit_writes_pools_of_different_row_sizes(seed):
+    """HostDevice's commit of a table of three pairs, two row sizes: every pool's rows those
+    numpy's indexing writes, the cells not committed left as they were."""
+    result = device_commit(HostDevice(), seed)
+    for name, expected in result["expected"].items():
+        np.testing.assert_array_equal(result["got"][name], expected, err_msg=name)
 
 
 def test_staged_feeds_are_packed_byte_for_byte_whatever_their_dtype():

@@ -24,16 +24,16 @@ def artifact(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("tree_nodes", [3, None])
 def test_a_round_counts_its_device_calls(artifact, tree_nodes, monkeypatch):
-    """A round of trees walked on the device: three engine runs (the verify, the next draft
-    block queued before the verdict, the draft's drain of the verify's rows), each staged in
-    one upload of its arena; the cells the verify and the drain commit and the cells the
-    drain gathers its taps from, one upload each; three commits (the verify's rows into the
-    target's pools and its taps pool, the drain's into the draft's); a growth of the next
-    trees, two walks (into the block's inputs and the verify's), the verify's tokens and the
-    records of the growth and of the block's walk copied back (the verify's walk gives the
-    same: not copied, since 2026-12-07); a mark after every upload and copy back; each run
-    waiting for its inputs (HostDevice's engines are not queued in order). Chains: no
-    tree kernels, the verify's tokens the one copy back, the block's choices fetched."""
+    """A round of trees walked on the device: three engine runs (the verify, the next draft block
+    queued before the verdict, the draft's drain of the verify's rows), each staged in one
+    upload of its arena, which holds the cells it commits and gathers from too (since
+    2026-12-07, seventeenth sitting; one upload each before); two commits (the verify's rows
+    into the target's pools and its taps pool in one, the drain's into the draft's); a growth of
+    the next trees, two walks (into the block's inputs and the verify's), the verify's tokens
+    and the records of the growth and of the block's walk copied back (the verify's walk gives
+    the same: not copied, since 2026-12-07); a mark after every upload and copy back; each run
+    waiting for its inputs (HostDevice's engines are not queued in order). Chains: no tree
+    kernels, the verify's tokens the one copy back, the block's choices fetched."""
     monkeypatch.setattr(device_engine.DeviceEngine, "_run", device_engine.DeviceEngine._run)
     executor = bench_host.host_executor(artifact, 4, tree_nodes)
     executor.max_spec_batch = None
@@ -47,12 +47,12 @@ def test_a_round_counts_its_device_calls(artifact, tree_nodes, monkeypatch):
     rounds, walked = executor.stats.rounds, executor.stats.walked
     bench_host.time_calls(executor, tokens, 6, 1, True)
     assert executor.stats.rounds - rounds == 6
-    common = {"upload": 6.0, "synchronize": 3.0, "commit": 3.0, "gather": 1.0,
+    common = {"upload": 3.0, "synchronize": 3.0, "commit": 2.0, "gather": 1.0,
               "engine run": 3.0}
     if tree_nodes:
         assert executor.stats.walked - walked == 6
-        assert calls.per_call(6) == {**common, "download_later": 3.0, "mark": 9.0,
+        assert calls.per_call(6) == {**common, "download_later": 3.0, "mark": 6.0,
                                      "grow_trees": 1.0, "walk_trees": 2.0}
     else:
         assert calls.per_call(6) == {**common, "download": 1.0, "download_later": 1.0,
-                                     "mark": 7.0}
+                                     "mark": 4.0}
