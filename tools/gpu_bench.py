@@ -63,7 +63,7 @@ SHAPES["H"] = {**SMOLLM2, "hidden_size": 64, "intermediate_size": 128,
                "num_attention_heads": 4, "num_key_value_heads": 2}
 DRAFT_TAPS = [1, 9, 17, 25, 33]
 # --backend ort-cpu dry-runs the tool on a machine without a GPU; ort-host is ort-cuda's
-# binding path (IOBinding, staging, commits by pointer tables) over numpy memory on the CPU
+# binding path (IOBinding, staging, commits by commit tables) over numpy memory on the CPU
 BACKEND = ["ort-cuda"]
 
 

@@ -3,7 +3,7 @@ commit of a step's keys and values into the pools (a scatter of rows).
 
 `CudaDevice` is PyCUDA on the device's primary context (shared with ONNX Runtime), imported
 only when constructed. `HostDevice` is the same interface over numpy memory: the CPU tests run
-the whole binding path (buffers by address, staging, commits through pointer tables) with it.
+the whole binding path (buffers by address, staging, commits through commit tables) with it.
 """
 
 from __future__ import annotations
