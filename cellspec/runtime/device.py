@@ -61,12 +61,10 @@ extern "C" __global__ void gather_rows(char* dst, const char* pool, const long l
 // `width` slots): tokens[1..nodes] (slot 0, the anchor, staged), positions[i] = positions[0] +
 // depth(i), attn_mask[i][cells + j] = j is i or an ancestor of i (keys: a mask row's columns);
 // and record [owners, 3, nodes + 1]: every row's token, parent (-1 for the anchor) and depth.
-// The block's threads (one warp) copy the owner's choices into shared memory (up to GROW_SHARED
-// of them; more are read where they are), search together (each step's best candidate by a
-// shuffle reduction), and all write the rows and mask. (Until 2026-12-07 one thread did it all
-// from global memory: 20 us of a round on an H100, 15 with shared memory and one thread
-// searching from candidates in local memory; bench/NOTES.md, sixteenth and seventeenth
-// sittings.)
+// The block's threads copy the owner's choices into shared memory (up to GROW_SHARED of them;
+// more are read where they are), thread 0 searches, and they all write the rows and mask.
+// (Until 2026-12-07 one thread did it all from global memory: 20 us of a round on an H100, now
+// 15; bench/NOTES.md, sixteenth sitting.)
 #define MAX_TREE_ROWS 64
 #define GROW_SHARED 1024
 extern "C" __global__ void grow_trees(const long long* ids, const float* logp, int depth_limit,
@@ -95,67 +93,42 @@ extern "C" __global__ void grow_trees(const long long* ids, const float* logp, i
     const float* my_logp = staged ? shared_logp : global_logp;
     long long* row_tokens = tokens + (long long)o * width;
     long long* row_positions = positions + (long long)o * width;
-    // the candidates (children not yet taken), in shared memory: each step the warp finds the
-    // best (highest score, then lowest order: orders are unique, so the one a scan in order
-    // finds) with a shuffle reduction, and thread 0 takes it and pushes its sibling and child
-    __shared__ double c_score[2 * MAX_TREE_ROWS], score[MAX_TREE_ROWS];
-    __shared__ int c_order[2 * MAX_TREE_ROWS], c_depth[2 * MAX_TREE_ROWS];
-    __shared__ int c_choice[2 * MAX_TREE_ROWS], c_parent[2 * MAX_TREE_ROWS];
-    const int lane = threadIdx.x;
-    if (lane == 0) {
+    if (threadIdx.x == 0) {
+        double c_score[2 * MAX_TREE_ROWS];
+        int c_order[2 * MAX_TREE_ROWS], c_depth[2 * MAX_TREE_ROWS], c_choice[2 * MAX_TREE_ROWS];
+        int c_parent[2 * MAX_TREE_ROWS];
+        double score[MAX_TREE_ROWS];
         score[0] = 0.0; parent[0] = -1; depth[0] = 0; token[0] = row_tokens[0];
+        int live = 1, order = 1, rows = 1;
         c_score[0] = (double)my_logp[0]; c_order[0] = 0; c_depth[0] = 1; c_choice[0] = 0;
         c_parent[0] = 0;
-    }
-    __syncwarp();
-    int live = 1, order = 1, taken = 1;  // (the same in every thread)
-    while (live > 0 && taken <= nodes) {
-        double best_score = 0.0;
-        int best_order = 0, b = -1;
-        for (int c = lane; c < live; c += 32) {
-            const double sc = c_score[c];
-            const int oc = c_order[c];
-            if (b < 0 || sc > best_score || (sc == best_score && oc < best_order)) {
-                best_score = sc; best_order = oc; b = c;
-            }
-        }
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const double sc = __shfl_xor_sync(0xffffffffu, best_score, offset);
-            const int oc = __shfl_xor_sync(0xffffffffu, best_order, offset);
-            const int c = __shfl_xor_sync(0xffffffffu, b, offset);
-            if (c >= 0 && (b < 0 || sc > best_score || (sc == best_score && oc < best_order))) {
-                best_score = sc; best_order = oc; b = c;
-            }
-        }
-        const double s = c_score[b];
-        const int d = c_depth[b], ch = c_choice[b], p = c_parent[b];
-        __syncwarp();  // (every thread has read the candidate before thread 0 moves another there)
-        --live;
-        const int row = taken++;
-        const bool sibling = ch + 1 < choices, child = d < depth_limit;
-        if (lane == 0) {
+        while (live > 0 && rows <= nodes) {
+            int b = 0;
+            for (int c = 1; c < live; ++c)
+                if (c_score[c] > c_score[b]
+                    || (c_score[c] == c_score[b] && c_order[c] < c_order[b]))
+                    b = c;
+            const double s = c_score[b];
+            const int d = c_depth[b], ch = c_choice[b], p = c_parent[b];
+            --live;
             c_score[b] = c_score[live]; c_order[b] = c_order[live]; c_depth[b] = c_depth[live];
             c_choice[b] = c_choice[live]; c_parent[b] = c_parent[live];
+            const int row = rows++;
             token[row] = my_ids[(d - 1) * branches + ch];
             parent[row] = p; depth[row] = d; score[row] = s;
-            int at = live, next = order;
-            if (sibling) {
-                c_score[at] = score[p] + (double)my_logp[(d - 1) * branches + ch + 1];
-                c_order[at] = next++; c_depth[at] = d; c_choice[at] = ch + 1; c_parent[at] = p;
-                ++at;
+            if (ch + 1 < choices) {
+                c_score[live] = score[p] + (double)my_logp[(d - 1) * branches + ch + 1];
+                c_order[live] = order++; c_depth[live] = d; c_choice[live] = ch + 1;
+                c_parent[live] = p; ++live;
             }
-            if (child) {
-                c_score[at] = s + (double)my_logp[d * branches];
-                c_order[at] = next; c_depth[at] = d + 1; c_choice[at] = 0; c_parent[at] = row;
+            if (d < depth_limit) {
+                c_score[live] = s + (double)my_logp[d * branches];
+                c_order[live] = order++; c_depth[live] = d + 1; c_choice[live] = 0;
+                c_parent[live] = row; ++live;
             }
         }
-        live += (int)sibling + (int)child;
-        order += (int)sibling + (int)child;
-        __syncwarp();
-    }
-    if (lane == 0) {
-        for (int i = 0; i < taken; ++i) seen[i] = (i ? seen[parent[i]] : 0ull) | (1ull << i);
-        grown = taken;
+        for (int i = 0; i < rows; ++i) seen[i] = (i ? seen[parent[i]] : 0ull) | (1ull << i);
+        grown = rows;
     }
     const long long base = row_positions[0];  // (read by every thread before any writes it)
     __syncthreads();
@@ -179,11 +152,9 @@ extern "C" __global__ void grow_trees(const long long* ids, const float* logp, i
 // The accepted rows' cells move down to base, base + 1, ... (as CellCache.keep_path moves
 // them), the mask's columns of the others are cleared, the draw after the path becomes the
 // block's anchor at base + path length; out [owners, 2]: each path's length (the anchor's row
-// included) and that draw. The threads (one warp) copy the tree, the draws and the tree's cells
-// into shared memory, walk together (each step's child, the first row in order that matches,
-// by a ballot; one thread walked alone until 2026-12-07's seventeenth sitting), and all write
-// (a path only ever moves a cell down to a slot it has passed, so the cells it moves are read
-// before any is written).
+// included) and that draw. The threads copy the tree, the draws and the tree's cells into
+// shared memory, thread 0 walks, and they all write (a path only ever moves a cell down to a
+// slot it has passed, so the cells it moves are read before any is written).
 extern "C" __global__ void walk_trees(const long long* drawn, int stride,
                                       const long long* record, int rows, long long* tokens,
                                       long long* positions, long long* cell_table,
@@ -206,29 +177,22 @@ extern "C" __global__ void walk_trees(const long long* drawn, int stride,
         if (base + i < cells) tree_cells[i] = table[base + i];
     }
     __syncthreads();
-    {  // the warp walks together: each step's child found by a ballot over 32 rows at a time
-        const int lane = threadIdx.x;
-        int row = 0, length = 1;  // (the same in every thread)
+    if (threadIdx.x == 0) {
+        int row = 0, length = 1;
         for (;;) {
             int next = -1;
-            for (int first = row + 1; first < rows && next < 0; first += 32) {
-                const int c = first + lane;
-                const bool hit = c < rows && tree[rows + c] == row && tree[c] == my_drawn[row];
-                const unsigned found = __ballot_sync(0xffffffffu, hit);
-                if (found) next = first + __ffs(found) - 1;
-            }
+            for (int c = row + 1; c < rows; ++c)
+                if (tree[rows + c] == row && tree[c] == my_drawn[row]) { next = c; break; }
             if (next < 0) break;
-            if (lane == 0) path_cells[length] = tree_cells[next];
+            path_cells[length] = tree_cells[next];
             ++length;
             row = next;
         }
-        if (lane == 0) {
-            walked = length;
-            next_token = my_drawn[row];
-            tokens[(long long)o * width] = next_token;
-            out[2 * o] = length;
-            out[2 * o + 1] = next_token;
-        }
+        walked = length;
+        next_token = my_drawn[row];
+        tokens[(long long)o * width] = next_token;
+        out[2 * o] = length;
+        out[2 * o + 1] = next_token;
     }
     __syncthreads();
     const int length = walked;
