@@ -314,12 +314,11 @@ class OrtDeviceBackend(Backend):
         clock.lap("commit")
         return dims
 
-    def _commit_table(self, engine: DeviceEngine, pools: Sequence[Pools]) -> _CommitTable:
+    def _commit_table(self, engine: DeviceEngine, pools: Sequence[DevicePools]) -> _CommitTable:
         """The table `engine`'s runs commit `pools` by, made at its first use and kept."""
         key = (id(engine), *(id(p) for p in pools))
         table = self.commit_tables.get(key)
         if table is None:
-            assert all(isinstance(p, DevicePools) for p in pools)
             table = self.commit_tables[key] = _CommitTable(self.device, engine, pools)
         return table
 
