@@ -391,7 +391,7 @@ def cmd_kernels(args) -> None:
     process, ONNX Runtime's included, inside graph replays too): per kernel name, launches and
     microseconds per step; and the steps' wall time against their kernels' sum. With --widths,
     also steps of W tokens a session (a verify's shape), each fed again at the same position.
-    Steps of more than one row launch CellAttention's kernels overlapped, so each one's span
+    Steps launch cellspec's kernels overlapped (on compute capability 9.0), so each one's span
     also holds its wait for the one before: with CELLSPEC_CUDA_OVERLAP=0 in the environment
     they launch plainly and each kernel is timed alone."""
     import torch

@@ -632,10 +632,7 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
   const int64_t first = static_cast<int64_t>(g) * kChunk;
   const int64_t key = first + t;
   CELLSPEC_STAGE(0);
-  if constexpr (kOverlap) {
-    allow_dependents();
-    wait_for_predecessor();
-  }
+  if constexpr (kOverlap) allow_dependents();
   const int lane32 = t & 31, warp = t >> 5;
   // the key's cell and mask bit first: their loads are in flight while the query and the new
   // tokens' columns are loaded. On the H200 this took 1-3% off the kernel; the same order in
@@ -649,6 +646,11 @@ __global__ void __launch_bounds__(kChunk * kMaxInBlockChunks) pair_kernel(
   // after the barrier): the new columns below then wait for no load
   const bool sees_new = t < dm.Q && mask_row[dm.N + t];
   const int64_t new_at = sees_new && dm.by_position ? positions[s * dm.Q + t] : dm.N + t;
+  // Overlapped, all of that is read before the wait for the step's previous kernel (the
+  // projection that writes q, k_new and v_new): the cell table, the mask and the positions are
+  // the step's inputs, which no kernel of the step writes (cellspec.rewrite.cell gives the op
+  // only graph inputs there).
+  if constexpr (kOverlap) wait_for_predecessor();
 
   if (threadIdx.x < D) query[threadIdx.x] = to_float(q[(row * dm.H + h0) * dm.D + threadIdx.x]);
   new_col[g][t] = -1;
@@ -1603,19 +1605,24 @@ bool device_is_at_least(int major) {
 }
 
 // whether a step of `rows` (token rows, all sequences) launches its kernels overlapped:
-// programmatic dependent launch needs compute capability 9.0, and steps of one row launch plainly
-// (on the H200 a SmolLM2 step of one row was 8% slower overlapped). Overlapped launches run the
+// programmatic dependent launch needs compute capability 9.0. Overlapped launches run the
 // kernels' kOverlap builds, plain ones the builds without it, which are the kernels as they were
-// before overlapping. On the H200: SmolLM2's decode step at batch 8 4% faster, batch 1 level, 8
-// Qwen3-8B layers level to 1% slower (bench/NOTES.md, 2026-12-02, fifth sitting).
-// CELLSPEC_CUDA_OVERLAP=0 in the environment launches every step plainly: a profiler then times
-// each kernel alone (an overlapped kernel's span also holds its wait for the one before).
+// before overlapping; the arithmetic is the same. Every step overlaps: with the attention's
+// reads of the step's inputs before its wait, the real SmolLM2's plain decoding on an H100 went
+// 1,237 -> 1,434-1,460 tok/s (bench/NOTES.md, 2026-12-07, eighteenth sitting; in 2026-12-02's
+// fifth sitting, with the wait first, one-row steps were 8% slower overlapped on the H200, and
+// only steps of several rows overlapped since). CELLSPEC_CUDA_OVERLAP=rows in the environment
+// overlaps only steps of several rows, as then; CELLSPEC_CUDA_OVERLAP=0 launches every step
+// plainly, so that a profiler times each kernel alone (an overlapped kernel's span also holds
+// its wait for the one before).
 bool overlapping(int64_t rows) {
-  static const bool device_overlaps = [] {
-    const char* setting = std::getenv("CELLSPEC_CUDA_OVERLAP");
-    return device_is_at_least(9) && !(setting && std::string(setting) == "0");
+  static const int device_overlaps = [] {  // 0 never, 1 steps of several rows, 2 every step
+    const char* value = std::getenv("CELLSPEC_CUDA_OVERLAP");
+    const std::string setting(value ? value : "");
+    if (!device_is_at_least(9) || setting == "0") return 0;
+    return setting == "rows" ? 1 : 2;
   }();
-  return rows > 1 && device_overlaps;
+  return device_overlaps == 2 || (rows > 1 && device_overlaps == 1);
 }
 
 // `kernel` launched on `stream`; with `programmatic`, so that it may start before the previous

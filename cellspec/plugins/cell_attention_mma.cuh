@@ -108,13 +108,12 @@ __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
   const int64_t kv_offset = g * dm.D;
   static_assert(kKeys == 64 || kKeys == 128, "a chunk is one or two stages of keys");
   const int64_t first = c * kKeys, key = first + t;
-  if constexpr (kOverlap) {
-    allow_dependents();
-    wait_for_predecessor();
-  }
+  if constexpr (kOverlap) allow_dependents();
 
   // each row's key of each slot, as chunk_kernel picks it: the cell where the row sees it, else
-  // the new token at that key index the row sees
+  // the new token at that key index the row sees. Overlapped, this reads only the step's inputs
+  // (the mask, the positions, the cell table: pair_kernel's note), so it runs before the wait for
+  // the step's previous kernel; nothing global is written before the wait.
   for (int r = 0; r < rows; ++r) new_col[r][t] = -1;
   __syncthreads();
   for (int r = 0; r < rows; ++r) {
@@ -145,6 +144,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_chunk_kernel(
   }
   const bool any_seen = __syncthreads_or(any);
   const bool shared_keys = !__syncthreads_or(conflict);
+  if constexpr (kOverlap) wait_for_predecessor();
 
   auto write_pair = [&](int p, int row, int d, float value_sum) {
     const int64_t row_head = (s * dm.Q + r0 + row) * dm.H + g * group + p % group;

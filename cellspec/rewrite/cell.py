@@ -38,6 +38,7 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
     op, suffix = CELL_OPS.get(dtype), TYPE_SUFFIX.get(dtype)
     by_position = int(model.graph.name == "target")
     initializers = {i.name: i for i in model.graph.initializer}
+    graph_inputs = {i.name for i in model.graph.input}
     readers: dict[str, set[str]] = {}
     for n in model.graph.node:
         for name in n.input:
@@ -54,6 +55,12 @@ def cell_attention_for_cuda(model: onnx.ModelProto) -> onnx.ModelProto:
         _, new_k, _, new_v = past
         k_pool, v_pool = (producers[name].input[0] for name in (past[0], past[2]))
         cells = [k_pool, v_pool, "cell_table", node.input[3], "positions"]
+        if not graph_inputs.issuperset(cells):
+            # the op's overlapped launch reads the cell table, the mask and the positions before
+            # it waits for the step's previous kernel, so no node of the step may write them
+            # (cell_attention.cu, pair_kernel); the pools are committed between steps
+            decompose_node(e, node)
+            return
         common = dict(domain=CELLSPEC_DOMAIN, num_heads=attrs["q_num_heads"],
                       kv_num_heads=attrs["kv_num_heads"], scale=attrs["scale"],
                       by_position=by_position)

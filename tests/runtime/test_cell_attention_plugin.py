@@ -574,6 +574,37 @@ def test_heads_wider_than_the_kernels_are_decomposed(dflash_artifact):
     assert f"{attention.name}/scores/MatMul" in names
 
 
+@pytest.mark.parametrize("method", ["target", "draft_block"])
+def test_cell_attention_reads_its_cells_only_from_the_graphs_inputs(dflash_artifact, method):
+    """The op's overlapped launch reads the cell table, the mask and the positions before it
+    waits for the step's previous kernel (pair_kernel, mma_chunk_kernel): in the rewritten graphs
+    they and the pools are the graph's inputs, which no node writes."""
+    model = load_graph(dflash_artifact, method)
+    rewritten = cell_attention_for_cuda(model)
+    inputs = {i.name for i in rewritten.graph.input}
+    produced = {o for n in rewritten.graph.node for o in n.output}
+    ops = [n for n in rewritten.graph.node if n.op_type.startswith("Cell")]
+    assert ops
+    for op in ops:
+        assert set(op.input[3:8]) <= inputs and not set(op.input[3:8]) & produced
+
+
+def test_attention_over_a_computed_mask_is_decomposed(dflash_artifact):
+    """A mask some node of the step writes (here an Identity of the input) cannot be read before
+    the op's wait: that attention takes the standard ops; the others stay CellAttention."""
+    model = load_graph(dflash_artifact, "target")
+    attention = next(n for n in model.graph.node if n.op_type == "Attention")
+    computed = f"{attention.input[3]}/computed"
+    model.graph.node.insert(0, onnx.helper.make_node("Identity", [attention.input[3]], [computed],
+                                                     name="computed_mask"))
+    attention.input[3] = computed
+    rewritten = cell_attention_for_cuda(model)
+    names = [n.name for n in rewritten.graph.node]
+    assert f"{attention.name}/scores/MatMul" in names
+    assert sum(n.op_type.startswith("Cell") for n in rewritten.graph.node) == \
+        sum(n.op_type == "Attention" for n in model.graph.node) - 1
+
+
 @pytest.fixture
 def plugin_env(tmp_path, monkeypatch):
     """A cache, an include folder with the header and a fake nvcc (a script that writes its -o
