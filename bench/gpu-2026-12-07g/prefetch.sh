@@ -6,6 +6,8 @@
 # -arch=sm_90, 76 s) and carried in .gpu/plugin2. Op tests and the runtime's device tests, then
 # a round's operations on the device's clock (op_timeline.py) and plain against trees of 15
 # (trees_ab.py), the two settings alternating.
+# (CELLSPEC_CUDA_PREFETCH_CELLS and the fetch it switched were removed after these calls: bench/NOTES.md,
+# 2026-12-07, eighteenth sitting.)
 bash .gpu/fin/recv.sh > /tmp/fin.log 2>&1; echo "fin rc=$?"; tail -1 /tmp/fin.log
 source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-include TQDM_DISABLE=1 PYTHONUNBUFFERED=1; unset CELLSPEC_ROW_WIDE CELLSPEC_CUDA_MMA_ATTENTION CELLSPEC_CUDA_ATTENTION CELLSPEC_CUDA_WGMMA CELLSPEC_CUDA_GRAPHS CELLSPEC_CUDA_OVERLAP CELLSPEC_CUDA_PREFETCH_CELLS; mkdir -p $OUT
 nvidia-smi --query-gpu=name --format=csv,noheader; lscpu | grep -E "Model name|^CPU\(s\)"
