@@ -1,4 +1,5 @@
 # 2026-12-07 (twentieth sitting), the call after staging (bash .gpu/q0..q15/recv.sh), carrying
+# (The source measured: 0b8bc09, whose change is now early-weights-budget.patch here: reverted after.)
 # [".gpu/fin", ".gpu/ort-include", ".gpu/plugin5"] (.gpu/plugin5: the plugin for this tree's
 # source, built on the CPU with nvcc -O3 -arch=sm_90). CELLSPEC_CUDA_EARLY_WEIGHTS=budget (an
 # overlapped projection fetches up to half of L2 of its weights before its wait, instead of its

@@ -1029,7 +1029,7 @@ __device__ __forceinline__ void row_epilogue(const float (&total)[4][kSets], int
 template <typename T, int kKind, int kMTiles, int kSlices, bool kOverlap, bool kDeep>
 __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
     const T* __restrict__ x, const T* __restrict__ w, int rows, int K, int N,
-    T* __restrict__ y, RowRotary<T> rot, int early_chunks, bool tiled) {
+    T* __restrict__ y, RowRotary<T> rot, bool early_weights, bool tiled) {
   constexpr int kSets = kKind == kRowSwiGlu ? 2 : 1;  // weight tiles: n, or gate n and up n
   constexpr int kLoads = kMTiles == 1 ? (kDeep ? 2 * ROW_LOADS : ROW_LOADS) : 2;
   constexpr int kValues = kMTiles * kSets * 4;
@@ -1060,10 +1060,8 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
   if constexpr (kOverlap) {
     allow_dependents();
     // constant weights: the lines of their first loads go into L2 while the previous kernel may
-    // still run (the loop below is the plain kernel's, so that one row's code is unchanged).
-    // early_chunks < 0: the first kLoads chunks; > 0: that many chunks of the run, from the
-    // lanes of t 0 only (a lane's 16 bytes sit in a line with its t neighbours'); 0: none.
-    if (early_chunks < 0)
+    // still run (the loop below is the plain kernel's, so that one row's code is unchanged)
+    if (early_weights)
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
         const int k = (begin + u) * 32 + 8 * t;
@@ -1072,11 +1070,6 @@ __global__ void __launch_bounds__(32 * kRowWarps) row_matmul_kernel(
           for (int set = 0; set < kSets; ++set)
             prefetch_l2(weight(set) + (begin + u) * (tiled ? kTiledStep : kRowStep));
       }
-    else if (early_chunks > 0 && t == 0 && has_n)
-      for (int c = begin; c < end && c < begin + early_chunks; ++c)
-#pragma unroll
-        for (int set = 0; set < kSets; ++set)
-          prefetch_l2(weight(set) + c * (tiled ? kTiledStep : kRowStep));
     wait_for_predecessor();
   }
   auto run = [&](auto step) {
@@ -1696,29 +1689,6 @@ int resident_blocks(Kernel kernel, int threads) {
   return known.back().second;
 }
 
-int l2_bytes();
-
-// How many chunks of its run each warp of an overlapped row_matmul_kernel fetches into L2 before
-// its wait: -1 (its first loads, the default) unless CELLSPEC_CUDA_EARLY_WEIGHTS=budget, which
-// fetches up to half the device's L2 spread over the blocks resident at once (at least the
-// first loads' 8 chunks, else -1). Prefetches read constant weights only: no sum changes.
-template <typename Kernel>
-int early_weight_chunks(Kernel kernel, int64_t blocks, int sets, int element_bytes,
-                        int chunks) {
-  static const bool budget = [] {
-    const char* value = std::getenv("CELLSPEC_CUDA_EARLY_WEIGHTS");
-    return std::string(value ? value : "") == "budget";
-  }();
-  if (!budget) return -1;
-  const int64_t resident =
-      std::min<int64_t>(blocks, int64_t{resident_blocks(kernel, 32 * kRowWarps)} *
-                                    multiprocessors());
-  // a block's chunk: kRowWarps warps of 8 weight rows x 32 values a set
-  const int64_t chunk_bytes = int64_t{kRowWarps} * 8 * 32 * sets * element_bytes;
-  const int64_t fit = l2_bytes() / 2 / std::max<int64_t>(resident, 1) / chunk_bytes;
-  return fit < 8 ? -1 : static_cast<int>(std::min<int64_t>(fit, chunks));
-}
-
 // row_matmul_kernel for tiles of 16 rows: its deep build (twice the loads in flight, more
 // registers: fewer blocks at once) where each warp's run of K is at least kDeepChunks chunks
 // and the deep build takes no more waves of blocks than the other. On the H200 (bench/NOTES.md,
@@ -1753,11 +1723,8 @@ void launch_row_tiles(const T* x, const T* w, int rows, int K, int N, T* y,
   auto kernel = kMTiles != 1 ? row_kernel_for<T, kKind, kMTiles, false, false>(slices)
                 : overlap    ? row_tile_kernel<T, kKind, true>(slices, run_chunks, blocks)
                              : row_tile_kernel<T, kKind, false>(slices, run_chunks, blocks);
-  const int early = !constant_w ? 0
-                    : overlap   ? early_weight_chunks(kernel, blocks, kKind == kRowSwiGlu ? 2 : 1,
-                                                      sizeof(T), (K + 31) / 32)
-                                : -1;
-  launch_after(overlap, kernel, grid, block, 0, stream, x, w, rows, K, N, y, rot, early, tiled);
+  launch_after(overlap, kernel, grid, block, 0, stream, x, w, rows, K, N, y, rot, constant_w,
+               tiled);
 }
 
 // RowMatMul's sums over `rows` rows of x on `stream`: row_matmul_kernel's blocks of 16 rows up to
@@ -2187,16 +2154,6 @@ OrtStatus* compute(K& kernel, OrtKernelContext* context) {
   } catch (const Ort::Exception& e) {
     return error(e.what());
   }
-}
-
-int l2_bytes() {
-  static int bytes = [] {
-    int device = 0, value = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&value, cudaDevAttrL2CacheSize, device);
-    return value > 0 ? value : 0;
-  }();
-  return bytes;
 }
 
 int multiprocessors() {
