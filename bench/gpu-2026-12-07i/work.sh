@@ -1,11 +1,11 @@
 # 2026-12-07 (twentieth sitting), the call after staging (bash .gpu/q0..q15/recv.sh), carrying
-# (The source measured: 0b8bc09, whose change is now early-weights-budget.patch here: reverted after.)
 # [".gpu/fin", ".gpu/ort-include", ".gpu/plugin5"] (.gpu/plugin5: the plugin for this tree's
 # source, built on the CPU with nvcc -O3 -arch=sm_90). CELLSPEC_CUDA_EARLY_WEIGHTS=budget (an
 # overlapped projection fetches up to half of L2 of its weights before its wait, instead of its
 # first loads) against the default: RowMatMul's op tests under it, then shapes A and B (1,024
 # cells, batch 1 and 8, chains of 16) alternating. First, plain against trees of 15 on the
 # real SmolLM2 float16 at the default (issue 9's ratio).
+# (The source measured: 0b8bc09, whose change is now early-weights-budget.patch here: reverted after.)
 bash .gpu/fin/recv.sh > /tmp/fin.log 2>&1; echo "fin rc=$?"; tail -1 /tmp/fin.log
 source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-include TQDM_DISABLE=1 PYTHONUNBUFFERED=1; unset CELLSPEC_ROW_WIDE CELLSPEC_CUDA_MMA_ATTENTION CELLSPEC_CUDA_ATTENTION CELLSPEC_CUDA_WGMMA CELLSPEC_CUDA_GRAPHS CELLSPEC_CUDA_OVERLAP CELLSPEC_CUDA_EARLY_WEIGHTS; mkdir -p $OUT
 nvidia-smi --query-gpu=name --format=csv,noheader; lscpu | grep -E "Model name|^CPU\(s\)"
