@@ -6,6 +6,7 @@
 # (chains of 16) with the two builds alternating, then B's kernels one by one with plain
 # launches; `bash early.sh pipeline`: the GPU pipeline's exactness tests with every attention on
 # the tensor-core chunk (so the early build runs SmolLM2's decode steps and verifies).
+# Needs mma-early.patch applied (reverted after `ops` ran as call 35; `pipeline` never ran).
 [ -d /tmp/gpusite ] || { bash .gpu/fin/recv.sh > /tmp/fin.log 2>&1; echo "fin rc=$?"; tail -1 /tmp/fin.log; }
 source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-include TQDM_DISABLE=1 PYTHONUNBUFFERED=1; unset CELLSPEC_ROW_WIDE CELLSPEC_CUDA_MMA_ATTENTION CELLSPEC_CUDA_ATTENTION CELLSPEC_CUDA_WGMMA CELLSPEC_CUDA_GRAPHS CELLSPEC_CUDA_OVERLAP CELLSPEC_CUDA_EARLY_WEIGHTS CELLSPEC_CUDA_MMA_EARLY; mkdir -p $OUT
 nvidia-smi --query-gpu=name --format=csv,noheader; lscpu | grep -E "Model name|^CPU\(s\)"

@@ -4,6 +4,7 @@
 # the real SmolLM2 float16, three runs (issue 9's 2.5x on the issue's card). On any card: shapes
 # A and B at 1,024 cells chained (issue 8's B against its floor), then B's and A's kernels one by
 # one with plain launches (where B's time over its floor goes with today's kernels).
+# (Call 18 ran it without the $SECONDS guard on the kernels, added after for a shorter H200 call.)
 bash .gpu/fin/recv.sh > /tmp/fin.log 2>&1; echo "fin rc=$?"; tail -1 /tmp/fin.log
 source /tmp/gpusite/env.sh || exit 3; export CELLSPEC_ORT_INCLUDE=$PWD/.gpu/ort-include TQDM_DISABLE=1 PYTHONUNBUFFERED=1; unset CELLSPEC_ROW_WIDE CELLSPEC_CUDA_MMA_ATTENTION CELLSPEC_CUDA_ATTENTION CELLSPEC_CUDA_WGMMA CELLSPEC_CUDA_GRAPHS CELLSPEC_CUDA_OVERLAP CELLSPEC_CUDA_EARLY_WEIGHTS; mkdir -p $OUT
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"; lscpu | grep -E "Model name|^CPU\(s\)"
