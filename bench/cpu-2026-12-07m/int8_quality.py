@@ -1,11 +1,16 @@
-import sys, torch, transformers, numpy as np
-sys.path.insert(0, "/work/main")
+"""Teacher-forced top-1 agreement and KL of SmolLM2 (float32, from the bundled GGUF) with its
+projections' inputs and weights rounded per form (bench/NOTES.md, twenty-fifth sitting).
+
+    python bench/cpu-2026-12-07m/int8_quality.py [TOKENIZER_JSON]   # torch + transformers
+"""
+import sys, pathlib, torch, transformers, numpy as np
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from cellspec.export.gguf import find_bundled_gguf
 from tokenizers import Tokenizer
 torch.set_num_threads(2)
 g = find_bundled_gguf()
 model = transformers.AutoModelForCausalLM.from_pretrained(g.parent, gguf_file=g.name, dtype=torch.float32, attn_implementation="eager").eval()
-tok = Tokenizer.from_file("/tmp/cs4/tokenizer.json")
+tok = Tokenizer.from_file(sys.argv[1] if len(sys.argv) > 1 else "/tmp/cs4/tokenizer.json")
 prompts = ["<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
  "<|im_start|>user\nWrite a short poem about the sea.<|im_end|>\n<|im_start|>assistant\n",
  "<|im_start|>user\nExplain how a refrigerator works.<|im_end|>\n<|im_start|>assistant\n",
