@@ -1,0 +1,78 @@
+"""Batched int8 GEMM with activations rounded per row and per block of 32 along K (the rounding
+MatMulNBits' accuracy level 4 does), from standard ops: x [M, K] -> [K/32, M, 32] u8 per-block,
+MatMulInteger against int8 weights [K/32, 32, N] -> [K/32, M, N] int32, scaled and summed over
+blocks. Timed against 4-bit MatMulNBits L4 on the 120 projections of SmolLM2's 30 layers."""
+import time, numpy as np, onnxruntime as ort
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+rng = np.random.default_rng(0)
+shapes = [(576, 960), (576, 576), (576, 3072), (1536, 576)]
+L = 30
+BS = 32
+def nb4(K, N, nm, x, y, inits, nodes):
+    w = rng.standard_normal((N, K // BS, BS)).astype(np.float32)
+    mn, mx = w.min(-1, keepdims=True), w.max(-1, keepdims=True); sc = (mx - mn) / 15
+    zp = np.clip(np.round(-mn / sc), 0, 15); q = np.clip(np.round(w / sc + zp), 0, 15).astype(np.uint8)
+    packed = (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
+    zpk = zp.reshape(N, K // BS).astype(np.uint8)
+    if (K // BS) % 2: zpk = np.concatenate([zpk, np.zeros((N, 1), np.uint8)], 1)
+    zpk = (zpk[:, 0::2] | (zpk[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
+    inits += [nh.from_array(packed, nm), nh.from_array(sc.reshape(-1).astype(np.float32), nm + "s"), nh.from_array(zpk, nm + "z")]
+    nodes.append(h.make_node("MatMulNBits", [x, nm, nm + "s", nm + "z"], [y], domain="com.microsoft", K=K, N=N, bits=4, block_size=BS, accuracy_level=4))
+def blockq(K, N, nm, x, y, inits, nodes, pre):
+    kb = K // BS
+    w = rng.integers(-8, 8, (kb, BS, N)).astype(np.int8)
+    s = (rng.random((kb, 1, N)) * 0.1).astype(np.float32)
+    inits += [nh.from_array(w, nm), nh.from_array(s, nm + "s")]
+    xb, sr = pre[K]
+    p = f"{nm}_"
+    nodes += [h.make_node("MatMulInteger", [xb, nm, "c128s"], [p + "acc"]),
+              h.make_node("Cast", [p + "acc"], [p + "f"], to=T.FLOAT),
+              h.make_node("Mul", [p + "f", sr], [p + "g"]),
+              h.make_node("Mul", [p + "g", nm + "s"], [p + "h"]),
+              h.make_node("ReduceSum", [p + "h", "ax0"], [y], keepdims=0)]
+def quant(K, nodes):
+    """x [M, K] -> (u8 [Kb, M, 32], scales [Kb, M, 1]); shared by the projections reading x."""
+    kb = K // BS; x = f"x{K}"; p = f"q{K}_"
+    nodes += [h.make_node("Reshape", [x, f"shape{K}"], [p + "r"]),
+              h.make_node("Transpose", [p + "r"], [p + "t"], perm=[1, 0, 2]),
+              h.make_node("Abs", [p + "t"], [p + "a"]),
+              h.make_node("ReduceMax", [p + "a", "axm1"], [p + "m"], keepdims=1),
+              h.make_node("Mul", [p + "m", "inv127"], [p + "sr"]),
+              h.make_node("QuantizeLinear", [p + "t", p + "sr", p + "zp"], [p + "q"], axis=2, block_size=BS),
+              ]
+    return p + "q", p + "sr"
+def build(kind):
+    nodes, inits, outs = [], [], []
+    inits += [nh.from_array(np.array(1 / 127, np.float32), "inv127"), nh.from_array(np.array([-1], np.int64), "axm1"),
+              nh.from_array(np.array([0], np.int64), "ax0"), nh.from_array(np.array(128, np.uint8), "c128s")]
+    pre = {}
+    if kind == "blk":
+        for K in (576, 1536):
+            inits.append(nh.from_array(np.array([0, K // BS, BS], np.int64), f"shape{K}"))
+            pre[K] = quant(K, nodes)
+            # zero point 128 shaped like the scales
+            p = f"q{K}_"
+            nodes.insert(len(nodes) - 1, h.make_node("Cast", [p + "sr"], [p + "srz"], to=T.UINT8))
+            nodes.insert(len(nodes) - 1, h.make_node("Add", [p + "srz", "c128s"], [p + "zp"]))
+    for l in range(L):
+        for i, (K, N) in enumerate(shapes):
+            nm = f"w{l}_{i}"; y = f"y{l}_{i}"
+            if kind == "nb4":
+                nb4(K, N, nm, f"x{K}", y, inits, nodes)
+            else:
+                blockq(K, N, nm, None, y, inits, nodes, pre)
+            outs.append(h.make_tensor_value_info(y, T.FLOAT, None))
+    ins = [h.make_tensor_value_info(f"x{K}", T.FLOAT, ["M", K]) for K in (576, 1536)]
+    m = h.make_model(h.make_graph(nodes, "g", ins, outs, inits), opset_imports=[h.make_opsetid("", 21), h.make_opsetid("com.microsoft", 1)])
+    so = ort.SessionOptions(); so.intra_op_num_threads = 2
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+sess = {"nb4": build("nb4"), "blk8": build("blk")}
+for M in (1, 2, 4, 8, 16):
+    feed = {"x576": rng.standard_normal((M, 576)).astype(np.float32), "x1536": rng.standard_normal((M, 1536)).astype(np.float32)}
+    best = {}
+    for r in range(6):
+        for k, s in sess.items():
+            t = time.perf_counter(); s.run(None, feed); best[k] = min(best.get(k, 1e9), time.perf_counter() - t)
+    print(M, " ".join(f"{k} {v*1e3:.2f}" for k, v in best.items()), flush=True)
