@@ -45,11 +45,12 @@ def build(kind, wbits):
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.log_severity_level = 3
     return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-sess = {"nb4": build("nb4", 4), "q8w8": build("q8", 8), "q8w7": build("q8", 7)}
-for M in (1, 2, 4, 8, 16):
-    feed = {"x576": rng.standard_normal((M, 576)).astype(np.float32), "x1536": rng.standard_normal((M, 1536)).astype(np.float32)}
-    best = {}
-    for r in range(6):
-        for k, s in sess.items():
-            t = time.perf_counter(); s.run(None, feed); best[k] = min(best.get(k, 1e9), time.perf_counter() - t)
-    print(M, " ".join(f"{k} {v*1e3:.2f}" for k, v in best.items()), flush=True)
+if __name__ == "__main__":
+    sess = {"nb4": build("nb4", 4), "q8w8": build("q8", 8), "q8w7": build("q8", 7)}
+    for M in (1, 2, 4, 8, 16):
+        feed = {"x576": rng.standard_normal((M, 576)).astype(np.float32), "x1536": rng.standard_normal((M, 1536)).astype(np.float32)}
+        best = {}
+        for r in range(6):
+            for k, s in sess.items():
+                t = time.perf_counter(); s.run(None, feed); best[k] = min(best.get(k, 1e9), time.perf_counter() - t)
+        print(M, " ".join(f"{k} {v*1e3:.2f}" for k, v in best.items()), flush=True)

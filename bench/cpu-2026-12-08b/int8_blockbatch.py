@@ -2,22 +2,14 @@
 MatMulNBits' accuracy level 4 does), from standard ops: x [M, K] -> [K/32, M, 32] u8 per-block,
 MatMulInteger against int8 weights [K/32, 32, N] -> [K/32, M, N] int32, scaled and summed over
 blocks. Timed against 4-bit MatMulNBits L4 on the 120 projections of SmolLM2's 30 layers."""
-import time, numpy as np, onnxruntime as ort
+import os, sys, time, numpy as np, onnxruntime as ort
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
 rng = np.random.default_rng(0)
 shapes = [(576, 960), (576, 576), (576, 3072), (1536, 576)]
 L = 30
 BS = 32
-def nb4(K, N, nm, x, y, inits, nodes):
-    w = rng.standard_normal((N, K // BS, BS)).astype(np.float32)
-    mn, mx = w.min(-1, keepdims=True), w.max(-1, keepdims=True); sc = (mx - mn) / 15
-    zp = np.clip(np.round(-mn / sc), 0, 15); q = np.clip(np.round(w / sc + zp), 0, 15).astype(np.uint8)
-    packed = (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
-    zpk = zp.reshape(N, K // BS).astype(np.uint8)
-    if (K // BS) % 2: zpk = np.concatenate([zpk, np.zeros((N, 1), np.uint8)], 1)
-    zpk = (zpk[:, 0::2] | (zpk[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
-    inits += [nh.from_array(packed, nm), nh.from_array(sc.reshape(-1).astype(np.float32), nm + "s"), nh.from_array(zpk, nm + "z")]
-    nodes.append(h.make_node("MatMulNBits", [x, nm, nm + "s", nm + "z"], [y], domain="com.microsoft", K=K, N=N, bits=4, block_size=BS, accuracy_level=4))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cpu-2026-12-07m"))
+from int8_rowquant import nb4  # noqa: E402  (the same 4-bit MatMulNBits L4 builder)
 def blockq(K, N, nm, x, y, inits, nodes, pre):
     kb = K // BS
     w = rng.integers(-8, 8, (kb, BS, N)).astype(np.int8)
