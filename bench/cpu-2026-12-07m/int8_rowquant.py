@@ -1,4 +1,4 @@
-import time, numpy as np, onnxruntime as ort, sys
+import time, numpy as np, onnxruntime as ort
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
 rng = np.random.default_rng(0)
 shapes = [(576, 960), (576, 576), (576, 3072), (1536, 576)]
@@ -40,13 +40,16 @@ def build(kind, wbits):
             outs.append(h.make_tensor_value_info(y, T.FLOAT, None))
     inits.append(nh.from_array(np.array(128, np.uint8), "c128s"))
     ins = [h.make_tensor_value_info(f"x{K}", T.FLOAT, ["M", K]) for K in (576, 1536)]
-    m = h.make_model(h.make_graph(nodes, "g", ins, outs, inits), opset_imports=[h.make_opsetid("", 21), h.make_opsetid("com.microsoft", 1)])
+    return session(h.make_graph(nodes, "g", ins, outs, inits))
+def session(graph):
+    """A 2-thread CPU session of the graph, without spinning."""
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 21), h.make_opsetid("com.microsoft", 1)])
     so = ort.SessionOptions(); so.intra_op_num_threads = 2
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.log_severity_level = 3
     return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-if __name__ == "__main__":
-    sess = {"nb4": build("nb4", 4), "q8w8": build("q8", 8), "q8w7": build("q8", 7)}
+def time_rows(sess):
+    """Best of 6 a row count, the sessions interleaved; one line of ms a row count."""
     for M in (1, 2, 4, 8, 16):
         feed = {"x576": rng.standard_normal((M, 576)).astype(np.float32), "x1536": rng.standard_normal((M, 1536)).astype(np.float32)}
         best = {}
@@ -54,3 +57,5 @@ if __name__ == "__main__":
             for k, s in sess.items():
                 t = time.perf_counter(); s.run(None, feed); best[k] = min(best.get(k, 1e9), time.perf_counter() - t)
         print(M, " ".join(f"{k} {v*1e3:.2f}" for k, v in best.items()), flush=True)
+if __name__ == "__main__":
+    time_rows({"nb4": build("nb4", 4), "q8w8": build("q8", 8), "q8w7": build("q8", 7)})

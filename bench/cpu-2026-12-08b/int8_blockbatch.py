@@ -2,15 +2,15 @@
 MatMulNBits' accuracy level 4 does), from standard ops: x [M, K] -> [K/32, M, 32] u8 per-block,
 MatMulInteger against int8 weights [K/32, 32, N] -> [K/32, M, N] int32, scaled and summed over
 blocks. Timed against 4-bit MatMulNBits L4 on the 120 projections of SmolLM2's 30 layers."""
-import os, sys, time, numpy as np, onnxruntime as ort
+import os, sys, numpy as np
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
 rng = np.random.default_rng(0)
 shapes = [(576, 960), (576, 576), (576, 3072), (1536, 576)]
 L = 30
 BS = 32
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cpu-2026-12-07m"))
-from int8_rowquant import nb4  # noqa: E402  (the same 4-bit MatMulNBits L4 builder)
-def blockq(K, N, nm, x, y, inits, nodes, pre):
+from int8_rowquant import nb4, session, time_rows  # noqa: E402  (its 4-bit builder, session and timing)
+def blockq(K, N, nm, y, inits, nodes, pre):
     kb = K // BS
     w = rng.integers(-8, 8, (kb, BS, N)).astype(np.int8)
     s = (rng.random((kb, 1, N)) * 0.1).astype(np.float32)
@@ -24,12 +24,14 @@ def blockq(K, N, nm, x, y, inits, nodes, pre):
               h.make_node("ReduceSum", [p + "h", "ax0"], [y], keepdims=0)]
 def quant(K, nodes):
     """x [M, K] -> (u8 [Kb, M, 32], scales [Kb, M, 1]); shared by the projections reading x."""
-    kb = K // BS; x = f"x{K}"; p = f"q{K}_"
+    x = f"x{K}"; p = f"q{K}_"
     nodes += [h.make_node("Reshape", [x, f"shape{K}"], [p + "r"]),
               h.make_node("Transpose", [p + "r"], [p + "t"], perm=[1, 0, 2]),
               h.make_node("Abs", [p + "t"], [p + "a"]),
               h.make_node("ReduceMax", [p + "a", "axm1"], [p + "m"], keepdims=1),
               h.make_node("Mul", [p + "m", "inv127"], [p + "sr"]),
+              h.make_node("Shape", [p + "sr"], [p + "ss"]),
+              h.make_node("Expand", ["c128s", p + "ss"], [p + "zp"]),  # zero point 128, shaped like the scales
               h.make_node("QuantizeLinear", [p + "t", p + "sr", p + "zp"], [p + "q"], axis=2, block_size=BS),
               ]
     return p + "q", p + "sr"
@@ -42,29 +44,14 @@ def build(kind):
         for K in (576, 1536):
             inits.append(nh.from_array(np.array([0, K // BS, BS], np.int64), f"shape{K}"))
             pre[K] = quant(K, nodes)
-            # zero point 128 shaped like the scales
-            p = f"q{K}_"
-            nodes.insert(len(nodes) - 1, h.make_node("Cast", [p + "sr"], [p + "srz"], to=T.UINT8))
-            nodes.insert(len(nodes) - 1, h.make_node("Add", [p + "srz", "c128s"], [p + "zp"]))
     for l in range(L):
         for i, (K, N) in enumerate(shapes):
             nm = f"w{l}_{i}"; y = f"y{l}_{i}"
             if kind == "nb4":
                 nb4(K, N, nm, f"x{K}", y, inits, nodes)
             else:
-                blockq(K, N, nm, None, y, inits, nodes, pre)
+                blockq(K, N, nm, y, inits, nodes, pre)
             outs.append(h.make_tensor_value_info(y, T.FLOAT, None))
     ins = [h.make_tensor_value_info(f"x{K}", T.FLOAT, ["M", K]) for K in (576, 1536)]
-    m = h.make_model(h.make_graph(nodes, "g", ins, outs, inits), opset_imports=[h.make_opsetid("", 21), h.make_opsetid("com.microsoft", 1)])
-    so = ort.SessionOptions(); so.intra_op_num_threads = 2
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.log_severity_level = 3
-    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-sess = {"nb4": build("nb4"), "blk8": build("blk")}
-for M in (1, 2, 4, 8, 16):
-    feed = {"x576": rng.standard_normal((M, 576)).astype(np.float32), "x1536": rng.standard_normal((M, 1536)).astype(np.float32)}
-    best = {}
-    for r in range(6):
-        for k, s in sess.items():
-            t = time.perf_counter(); s.run(None, feed); best[k] = min(best.get(k, 1e9), time.perf_counter() - t)
-    print(M, " ".join(f"{k} {v*1e3:.2f}" for k, v in best.items()), flush=True)
+    return session(h.make_graph(nodes, "g", ins, outs, inits))
+time_rows({"nb4": build("nb4"), "blk8": build("blk")})
